@@ -1,0 +1,224 @@
+//! `yieldctl daemon status|start|stop|logs`.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Subcommand;
+use yieldshell_proto::client::{self, ClientError};
+use yieldshell_proto::pb;
+use yieldshell_proto::session_config::bytes_os;
+
+use crate::{Ctx, exit, render};
+
+/// Daemon subcommands.
+#[derive(Debug, Subcommand)]
+pub enum DaemonCommand {
+    /// Version, pid, uptime, socket, state directory, process counts and memory.
+    Status,
+    /// Start the daemon if it is not running.
+    Start,
+    /// Stop the daemon. Its running processes are stopped too (SIGTERM, then SIGKILL).
+    Stop,
+    /// Print the daemon's log.
+    Logs {
+        /// Keep printing new lines.
+        #[arg(long, short = 'f')]
+        follow: bool,
+    },
+}
+
+pub async fn run(ctx: &Ctx, cmd: DaemonCommand) -> anyhow::Result<u8> {
+    match cmd {
+        DaemonCommand::Status => status(ctx).await,
+        DaemonCommand::Start => start(ctx).await,
+        DaemonCommand::Stop => stop(ctx).await,
+        DaemonCommand::Logs { follow } => logs(ctx, follow).await,
+    }
+}
+
+fn status_json(s: &pb::StatusResponse, socket: &Path) -> serde_json::Value {
+    serde_json::json!({
+        "version": s.daemon_version,
+        "protocol_version": s.protocol_version,
+        "pid": s.pid,
+        "uptime_ms": s.uptime_ms,
+        "started_at": yieldshell_proto::views::format_unix_ms(s.started_at_unix_ms),
+        "socket": socket.display().to_string(),
+        "state_dir": PathBuf::from(bytes_os(&s.state_dir)).display().to_string(),
+        "log_dir": PathBuf::from(bytes_os(&s.log_file)).display().to_string(),
+        "running": s.running,
+        "records": s.records,
+        "sessions": s.sessions,
+        "rss_bytes": s.rss_bytes,
+        "containment": s.containment,
+        "spool_degraded": s.spool_degraded,
+    })
+}
+
+async fn status(ctx: &Ctx) -> anyhow::Result<u8> {
+    let mut conn = client::connect(&ctx.opts).await?;
+    let s = conn
+        .client
+        .status(pb::StatusRequest {})
+        .await
+        .map_err(ClientError::Rpc)?
+        .into_inner();
+    let v = status_json(&s, &ctx.opts.socket);
+    if ctx.json {
+        render::json(&v)?;
+        return Ok(exit::OK);
+    }
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0));
+    println!(
+        "yieldshelld {} (protocol {})",
+        s.daemon_version, s.protocol_version
+    );
+    println!("pid          {}", s.pid);
+    println!("uptime       {}", render::duration_ms(s.uptime_ms));
+    println!("socket       {}", ctx.opts.socket.display());
+    println!(
+        "state dir    {}",
+        v["state_dir"].as_str().unwrap_or_default()
+    );
+    println!("logs         {}", v["log_dir"].as_str().unwrap_or_default());
+    println!("processes    {} running, {} records", s.running, s.records);
+    println!("sessions     {}", s.sessions);
+    println!("memory       {}", mib(s.rss_bytes));
+    println!("containment  {}", s.containment);
+    if s.spool_degraded > 0 {
+        println!(
+            "warning      {} process(es) could not save all output to disk",
+            s.spool_degraded
+        );
+    }
+    Ok(exit::OK)
+}
+
+async fn start(ctx: &Ctx) -> anyhow::Result<u8> {
+    let mut opts = ctx.opts.clone();
+    // An explicit start always may start.
+    opts.autostart = true;
+    let conn = client::connect_or_start(&opts).await?;
+    if ctx.json {
+        render::json(&serde_json::json!({
+            "pid": conn.hello.pid,
+            "version": conn.hello.daemon_version,
+            "started": conn.started_daemon,
+        }))?;
+    } else if conn.started_daemon {
+        eprintln!(
+            "started yieldshelld {} (pid {})",
+            conn.hello.daemon_version, conn.hello.pid
+        );
+    } else {
+        eprintln!(
+            "yieldshelld {} already running (pid {})",
+            conn.hello.daemon_version, conn.hello.pid
+        );
+    }
+    Ok(exit::OK)
+}
+
+async fn stop(ctx: &Ctx) -> anyhow::Result<u8> {
+    let mut conn = match client::connect(&ctx.opts).await {
+        Ok(c) => c,
+        Err(ClientError::NoDaemon { .. }) => {
+            eprintln!("yieldshelld is not running");
+            return Ok(exit::OK);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let pid = conn.hello.pid;
+    let resp = conn
+        .client
+        .shutdown(pb::ShutdownRequest { grace_ms: None })
+        .await
+        .map_err(ClientError::Rpc)?
+        .into_inner();
+    if !ctx.json {
+        eprintln!(
+            "stopping yieldshelld (pid {pid}) and {} running process(es)…",
+            resp.stopping
+        );
+    }
+    // Done when nothing answers any more (bounded: grace periods plus SIGKILL waits).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while tokio::time::Instant::now() < deadline {
+        if client::connect(&ctx.opts).await.is_err() {
+            if ctx.json {
+                render::json(&serde_json::json!({"stopped": true, "pid": pid}))?;
+            } else {
+                eprintln!("yieldshelld stopped");
+            }
+            return Ok(exit::OK);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    anyhow::bail!("yieldshelld (pid {pid}) still answers after 60 s")
+}
+
+fn newest_log(dir: &Path) -> Option<PathBuf> {
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("yieldshelld") && n.ends_with(".log"))
+        })
+        .collect();
+    logs.sort();
+    logs.pop()
+}
+
+async fn logs(ctx: &Ctx, follow: bool) -> anyhow::Result<u8> {
+    let dir = match client::connect(&ctx.opts).await {
+        Ok(mut conn) => {
+            let s = conn
+                .client
+                .status(pb::StatusRequest {})
+                .await
+                .map_err(ClientError::Rpc)?
+                .into_inner();
+            PathBuf::from(bytes_os(&s.log_file))
+        }
+        Err(_) => yieldshell_proto::paths::default_state_dir()?.join("logs"),
+    };
+    let Some(mut path) = newest_log(&dir) else {
+        anyhow::bail!("no daemon log in {}", dir.display());
+    };
+    let mut file = std::fs::File::open(&path)?;
+    let mut buf = Vec::new();
+    file.read_to_end(&mut buf)?;
+    render::stdout_bytes(&buf)?;
+    if !follow {
+        return Ok(exit::OK);
+    }
+    let mut pos = file.stream_position()?;
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        // Daily rotation starts a new file: switch to it.
+        if let Some(newest) = newest_log(&dir)
+            && newest != path
+        {
+            path = newest;
+            file = std::fs::File::open(&path)?;
+            pos = 0;
+        }
+        let len = file.metadata()?.len();
+        if len < pos {
+            pos = 0;
+        }
+        if len > pos {
+            file.seek(SeekFrom::Start(pos))?;
+            buf.clear();
+            file.read_to_end(&mut buf)?;
+            pos += buf.len() as u64;
+            let mut out = std::io::stdout().lock();
+            out.write_all(&buf)?;
+            out.flush()?;
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! `yieldctl exec`: run a command through the daemon, with auto-yield.
+
+use clap::Args;
+use yieldshell_proto::pb;
+use yieldshell_proto::session_config::{parse_side_effect_list, path_bytes};
+use yieldshell_proto::views::ExecView;
+
+use crate::{Ctx, exit, render};
+
+/// Arguments of `exec`.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Milliseconds to wait before leaving the command running in the background [default: the session's, 5000].
+    #[arg(long, value_name = "MS")]
+    yield_ms: Option<u64>,
+    /// Kill the whole tree after this many milliseconds (0: never) [default: YIELDSHELL_DEFAULT_TIMEOUT_MS].
+    #[arg(long, value_name = "MS")]
+    timeout_ms: Option<u64>,
+    /// Working directory [default: YIELDSHELL_DEFAULT_CWD, else the current directory].
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<std::path::PathBuf>,
+    /// A name to find the process by in `ps`.
+    #[arg(long)]
+    name: Option<String>,
+    /// Declared side effects, comma-separated (see the README for the list).
+    #[arg(long, value_name = "LIST", default_value = "UNKNOWN")]
+    side_effects: String,
+    /// Text written to the command's stdin right after it starts.
+    #[arg(long)]
+    stdin: Option<String>,
+    /// Close stdin after writing --stdin (for commands that read to EOF).
+    #[arg(long)]
+    close_stdin: bool,
+    /// Set an environment variable for the command (repeatable).
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    env: Vec<String>,
+    /// The command line (several words are joined with spaces and run by /bin/sh -c).
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<std::ffi::OsString>,
+}
+
+pub async fn run(ctx: &Ctx, a: ExecArgs) -> anyhow::Result<u8> {
+    let side_effects = parse_side_effect_list(&a.side_effects).map_err(anyhow::Error::msg)?;
+    let mut env = Vec::new();
+    for pair in &a.env {
+        let (name, value) = pair
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--env expects NAME=VALUE, got {pair:?}"))?;
+        env.push(pb::EnvVar {
+            name: name.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec(),
+        });
+    }
+    let mut command = Vec::new();
+    for (i, word) in a.command.iter().enumerate() {
+        if i > 0 {
+            command.push(b' ');
+        }
+        command.extend_from_slice(&yieldshell_proto::session_config::os_bytes(word));
+    }
+    let session = ctx.session()?;
+    let req = pb::ExecRequest {
+        session_id: session.id().to_string(),
+        command,
+        side_effects,
+        cwd: a.cwd.as_deref().map(path_bytes),
+        env,
+        stdin: a.stdin.map(String::into_bytes),
+        close_stdin: a.close_stdin,
+        name: a.name,
+        yield_ms: a.yield_ms,
+        timeout_ms: a.timeout_ms,
+        max_output_bytes: None,
+        shell: None,
+    };
+    let resp = session
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.exec(req).await }
+        })
+        .await?;
+    let status = pb::ExecStatus::try_from(resp.status).unwrap_or_default();
+    let info = resp.process.clone().unwrap_or_default();
+    let code = match status {
+        pb::ExecStatus::Completed | pb::ExecStatus::Stopped | pb::ExecStatus::Lost => {
+            exit::for_exit(info.exit_code, info.signal.as_deref())
+        }
+        pb::ExecStatus::TimedOut => exit::TIMED_OUT,
+        pb::ExecStatus::Backgrounded => exit::OK,
+        pb::ExecStatus::FailedToStart | pb::ExecStatus::Failed | pb::ExecStatus::Unspecified => {
+            exit::FAILURE
+        }
+    };
+    if ctx.json {
+        render::json(&ExecView::from(&resp))?;
+        return Ok(code);
+    }
+    let out = resp.output.clone().unwrap_or_default();
+    if out.truncated {
+        render::stderr_bytes(
+            format!(
+                "[yieldctl: earlier output omitted; `yieldctl read {} --all` shows everything]\n",
+                info.process_id
+            )
+            .as_bytes(),
+        )?;
+    }
+    render::stdout_bytes(&out.stdout)?;
+    render::stderr_bytes(&out.stderr)?;
+    match status {
+        pb::ExecStatus::Backgrounded => eprintln!(
+            "yieldctl: {} (pid {}) is still running after {} ms and continues in the background.\n  \
+             follow it: yieldctl read {} --follow    stop it: yieldctl stop {}",
+            info.process_id,
+            info.pid.unwrap_or_default(),
+            resp.yield_ms,
+            info.process_id,
+            info.process_id
+        ),
+        pb::ExecStatus::FailedToStart | pb::ExecStatus::Failed => {
+            eprintln!("yieldctl: failed to start: {}", resp.error)
+        }
+        pb::ExecStatus::TimedOut => {
+            eprintln!("yieldctl: {} timed out and was stopped", info.process_id)
+        }
+        _ if info.descendants_running > 0 => eprintln!("yieldctl: {}", resp.message),
+        _ => {}
+    }
+    Ok(code)
+}

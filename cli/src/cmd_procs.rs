@@ -1,0 +1,251 @@
+//! `yieldctl ps`, `stop`, `write` and `cleanup`.
+
+use clap::Args;
+use yieldshell_proto::client::ClientError;
+use yieldshell_proto::errors::ErrorKind;
+use yieldshell_proto::pb;
+use yieldshell_proto::views::{self, CleanupView, ProcessSummary, PsView, StopView, WriteView};
+
+use crate::{Ctx, exit, render};
+
+/// Arguments of `ps`.
+#[derive(Debug, Args)]
+pub struct PsArgs {
+    /// Only processes of this project (cwd inside the current directory, or started here).
+    #[arg(long)]
+    project: bool,
+    /// Only running processes.
+    #[arg(long)]
+    running: bool,
+    /// At most this many entries (0: all).
+    #[arg(long, default_value_t = 0)]
+    limit: u32,
+}
+
+pub async fn ps(ctx: &Ctx, a: PsArgs) -> anyhow::Result<u8> {
+    let session = ctx.session()?;
+    let req = pb::ListRequest {
+        session_id: session.id().to_string(),
+        include_completed: !a.running,
+        limit: a.limit,
+        scope: if a.project {
+            pb::Scope::Project
+        } else {
+            pb::Scope::All
+        } as i32,
+    };
+    let resp = session
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.list(req).await }
+        })
+        .await?;
+    let view = PsView {
+        processes: resp.processes.iter().map(ProcessSummary::from).collect(),
+    };
+    if ctx.json {
+        render::json(&view)?;
+        return Ok(exit::OK);
+    }
+    if resp.processes.is_empty() {
+        eprintln!("no processes");
+        return Ok(exit::OK);
+    }
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::NOTHING);
+    table.set_header(["ID", "PID", "STATUS", "EXIT", "TIME", "NAME", "COMMAND"]);
+    for p in &resp.processes {
+        let status = views::process_status_name(p.status);
+        let exit = match (&p.exit_code, &p.signal) {
+            (Some(c), _) => c.to_string(),
+            (None, Some(s)) => s.clone(),
+            _ => "-".into(),
+        };
+        let status = if p.descendants_running > 0 {
+            format!("{status}+{}", p.descendants_running)
+        } else {
+            status.to_string()
+        };
+        table.add_row([
+            p.process_id.clone(),
+            p.pid.map_or("-".into(), |x| x.to_string()),
+            status,
+            exit,
+            render::duration_ms(p.duration_ms),
+            render::truncate(&render::escape(p.name.as_bytes()), 20),
+            render::truncate(&render::escape(&p.command), 60),
+        ]);
+    }
+    println!("{table}");
+    Ok(exit::OK)
+}
+
+/// Arguments of `stop`.
+#[derive(Debug, Args)]
+pub struct StopArgs {
+    /// Process id.
+    id: String,
+    /// Signal to send first (TERM, SIGINT, KILL, 9, …).
+    #[arg(long, default_value = "SIGTERM")]
+    signal: String,
+    /// Milliseconds before escalating to SIGKILL.
+    #[arg(long, value_name = "MS", default_value_t = 3000)]
+    force_after_ms: u64,
+}
+
+pub async fn stop(ctx: &Ctx, a: StopArgs) -> anyhow::Result<u8> {
+    let session = ctx.session()?;
+    let req = pb::StopRequest {
+        session_id: session.id().to_string(),
+        process_id: a.id.clone(),
+        signal: a.signal,
+        force_after_ms: Some(a.force_after_ms),
+    };
+    let resp = match session
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.stop(req).await }
+        })
+        .await
+    {
+        Ok(r) => r,
+        Err(ClientError::Rpc(status)) if ctx.json => {
+            let kind = ErrorKind::of_status(&status);
+            render::json(&StopView {
+                process_id: a.id,
+                stopped: false,
+                signal: None,
+                status: None,
+                exit_code: None,
+                escalated: false,
+                error: Some(status.message().to_string()),
+                error_kind: Some(kind.as_str().to_string()),
+            })?;
+            return Ok(exit::for_kind(kind));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if ctx.json {
+        render::json(&StopView::from(&resp))?;
+    } else if resp.stopped {
+        eprintln!(
+            "stopped {} ({}{})",
+            a.id,
+            resp.signal,
+            if resp.escalated { ", then SIGKILL" } else { "" }
+        );
+    } else {
+        eprintln!("{}", resp.error);
+    }
+    // Stopping something that already ended is not a failure: the goal state holds.
+    Ok(
+        if resp.stopped || resp.error_kind == ErrorKind::ProcessExited.as_str() {
+            exit::OK
+        } else {
+            exit::FAILURE
+        },
+    )
+}
+
+/// Arguments of `write`.
+#[derive(Debug, Args)]
+pub struct WriteArgs {
+    /// Process id.
+    id: String,
+    /// Text to write.
+    text: String,
+    /// Append a newline.
+    #[arg(long)]
+    newline: bool,
+    /// Close stdin after writing.
+    #[arg(long)]
+    eof: bool,
+}
+
+pub async fn write(ctx: &Ctx, a: WriteArgs) -> anyhow::Result<u8> {
+    let session = ctx.session()?;
+    let mut input = a.text.into_bytes();
+    if a.newline {
+        input.push(b'\n');
+    }
+    let req = pb::WriteRequest {
+        session_id: session.id().to_string(),
+        process_id: a.id.clone(),
+        input,
+        eof: a.eof,
+    };
+    let result = session
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.write(req).await }
+        })
+        .await;
+    match result {
+        Ok(resp) => {
+            if ctx.json {
+                render::json(&WriteView {
+                    process_id: a.id,
+                    ok: true,
+                    error: None,
+                    error_kind: None,
+                })?;
+            } else {
+                eprintln!("wrote {} bytes to {}", resp.bytes_written, a.id);
+            }
+            Ok(exit::OK)
+        }
+        Err(ClientError::Rpc(status)) if ctx.json => {
+            let kind = ErrorKind::of_status(&status);
+            render::json(&WriteView {
+                process_id: a.id,
+                ok: false,
+                error: Some(status.message().to_string()),
+                error_kind: Some(kind.as_str().to_string()),
+            })?;
+            Ok(exit::for_kind(kind))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Arguments of `cleanup`.
+#[derive(Debug, Args)]
+pub struct CleanupArgs {
+    /// Remove completed processes that ended longer ago than this.
+    #[arg(long, value_name = "MS", default_value_t = 3_600_000)]
+    completed_older_than_ms: u64,
+    /// Remove stopped, timed-out, failed and lost processes that ended longer ago than this.
+    #[arg(long, value_name = "MS", default_value_t = 3_600_000)]
+    stopped_older_than_ms: u64,
+    /// Act on every process, not only this project's.
+    #[arg(long)]
+    all: bool,
+}
+
+pub async fn cleanup(ctx: &Ctx, a: CleanupArgs) -> anyhow::Result<u8> {
+    let session = ctx.session()?;
+    let req = pb::CleanupRequest {
+        session_id: session.id().to_string(),
+        completed_older_than_ms: Some(a.completed_older_than_ms),
+        stopped_older_than_ms: Some(a.stopped_older_than_ms),
+        scope: if a.all {
+            pb::Scope::All
+        } else {
+            pb::Scope::Project
+        } as i32,
+    };
+    let resp = session
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.cleanup(req).await }
+        })
+        .await?;
+    if ctx.json {
+        render::json(&CleanupView {
+            removed: resp.removed,
+        })?;
+    } else {
+        eprintln!("removed {} record(s)", resp.removed);
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,260 @@
+//! `yieldctl read` (including `--follow`) and `yieldctl wait`.
+
+use clap::{Args, ValueEnum};
+use tokio_stream::StreamExt;
+use yieldshell_proto::client::{ClientError, Session};
+use yieldshell_proto::errors::ErrorKind;
+use yieldshell_proto::pb;
+use yieldshell_proto::views::{ProcessErrorView, ReadView, StreamSelection, WaitView};
+
+use crate::{Ctx, exit, render};
+
+/// Which output to print.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum StreamArg {
+    /// stdout and stderr.
+    Both,
+    /// stdout only.
+    Stdout,
+    /// stderr only.
+    Stderr,
+}
+
+impl StreamArg {
+    fn selection(self) -> StreamSelection {
+        match self {
+            StreamArg::Both => StreamSelection::Both,
+            StreamArg::Stdout => StreamSelection::Stdout,
+            StreamArg::Stderr => StreamSelection::Stderr,
+        }
+    }
+}
+
+/// Arguments of `read`.
+#[derive(Debug, Args)]
+pub struct ReadArgs {
+    /// Process id.
+    id: String,
+    /// Keep printing new output until the process ends.
+    #[arg(long, short = 'f')]
+    follow: bool,
+    /// Start at this sequence number (from a previous `next_seq`).
+    #[arg(long, value_name = "SEQ")]
+    since: Option<u64>,
+    /// Which stream to print.
+    #[arg(long, value_enum, default_value_t = StreamArg::Both)]
+    stream: StreamArg,
+    /// Only the last N lines.
+    #[arg(long, value_name = "N")]
+    tail: Option<u32>,
+    /// Everything saved on disk, not only what is kept in memory.
+    #[arg(long)]
+    all: bool,
+}
+
+fn process_error(ctx: &Ctx, id: &str, e: ClientError) -> anyhow::Result<u8> {
+    match e {
+        ClientError::Rpc(status) if ctx.json => {
+            let kind = ErrorKind::of_status(&status);
+            render::json(&ProcessErrorView {
+                process_id: id.to_string(),
+                error: status.message().to_string(),
+                error_kind: kind.as_str().to_string(),
+            })?;
+            Ok(exit::for_kind(kind))
+        }
+        e => Err(e.into()),
+    }
+}
+
+async fn read_once(
+    session: &Session,
+    req: pb::ReadRequest,
+) -> Result<pb::ReadResponse, ClientError> {
+    session
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.read(req).await }
+        })
+        .await
+}
+
+pub async fn read(ctx: &Ctx, a: ReadArgs) -> anyhow::Result<u8> {
+    let session = ctx.session()?;
+    let streams = a.stream.selection();
+    let base = pb::ReadRequest {
+        session_id: session.id().to_string(),
+        process_id: a.id.clone(),
+        since_seq: a.since,
+        max_output_bytes: None,
+        streams: streams.to_pb() as i32,
+        tail_lines: a.tail,
+        use_spool: a.all,
+    };
+    if ctx.json {
+        return match read_once(&session, base).await {
+            Ok(r) => {
+                let view = ReadView::new(
+                    &r.process.unwrap_or_default(),
+                    &r.output.unwrap_or_default(),
+                    streams,
+                );
+                render::json(&view)?;
+                Ok(exit::OK)
+            }
+            Err(e) => process_error(ctx, &a.id, e),
+        };
+    }
+    // Where printing starts: the tail, or a page-by-page walk from --since / the oldest byte.
+    let mut since = match (a.tail, a.since) {
+        (Some(_), _) => {
+            let r = read_once(&session, base.clone()).await?;
+            let out = r.output.unwrap_or_default();
+            render::stdout_bytes(&out.stdout)?;
+            render::stderr_bytes(&out.stderr)?;
+            out.next_seq
+        }
+        (None, since) => {
+            let mut since = since.unwrap_or(1);
+            loop {
+                let req = pb::ReadRequest {
+                    since_seq: Some(since),
+                    tail_lines: None,
+                    ..base.clone()
+                };
+                let out = read_once(&session, req).await?.output.unwrap_or_default();
+                if out.truncated {
+                    eprintln!(
+                        "[yieldctl: output before seq {} is no longer retained{}]",
+                        out.first_seq,
+                        if a.all {
+                            ""
+                        } else {
+                            "; --all reads what is saved on disk"
+                        }
+                    );
+                }
+                render::stdout_bytes(&out.stdout)?;
+                render::stderr_bytes(&out.stderr)?;
+                since = out.next_seq;
+                if !out.has_more {
+                    break;
+                }
+            }
+            since
+        }
+    };
+    if !a.follow {
+        return Ok(exit::OK);
+    }
+    let req = pb::FollowRequest {
+        session_id: session.id().to_string(),
+        process_id: a.id.clone(),
+        since_seq: Some(since),
+        streams: streams.to_pb() as i32,
+    };
+    let mut stream = session
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.follow(req).await }
+        })
+        .await?;
+    while let Some(ev) = stream.next().await {
+        let ev = ev.map_err(ClientError::Rpc)?;
+        if ev.dropped_to > ev.dropped_from {
+            eprintln!(
+                "[yieldctl: {} bytes (seq {}..{}) were no longer retained]",
+                ev.dropped_to - ev.dropped_from,
+                ev.dropped_from,
+                ev.dropped_to
+            );
+        }
+        match pb::Stream::try_from(ev.stream) {
+            Ok(pb::Stream::Stderr) => render::stderr_bytes(&ev.data)?,
+            _ => render::stdout_bytes(&ev.data)?,
+        }
+        since = since.max(ev.seq + ev.data.len() as u64);
+        if ev.ended.is_some() {
+            break;
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// Arguments of `wait`.
+#[derive(Debug, Args)]
+pub struct WaitArgs {
+    /// Process id.
+    id: String,
+    /// Give up after this many milliseconds (the process keeps running) [default: wait forever].
+    #[arg(long, value_name = "MS")]
+    timeout_ms: Option<u64>,
+    /// Return as soon as an output line matches this regex (e.g. "listening on").
+    #[arg(long, value_name = "REGEX")]
+    until: Option<String>,
+    /// With --until: match output from this sequence number on [default: 1].
+    #[arg(long, value_name = "SEQ")]
+    since: Option<u64>,
+}
+
+pub async fn wait(ctx: &Ctx, a: WaitArgs) -> anyhow::Result<u8> {
+    let session = ctx.session()?;
+    let req = pb::WaitRequest {
+        session_id: session.id().to_string(),
+        process_id: a.id.clone(),
+        timeout_ms: a.timeout_ms,
+        until: a.until,
+        since_seq: a.since,
+        max_output_bytes: None,
+        streams: pb::Streams::Both as i32,
+    };
+    let resp = match session
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.wait(req).await }
+        })
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => return process_error(ctx, &a.id, e),
+    };
+    let info = resp.process.clone().unwrap_or_default();
+    let result = pb::WaitResult::try_from(resp.result).unwrap_or_default();
+    let code = match result {
+        pb::WaitResult::Exited => match pb::ProcessStatus::try_from(info.status) {
+            Ok(pb::ProcessStatus::TimedOut) => exit::TIMED_OUT,
+            _ => exit::for_exit(info.exit_code, info.signal.as_deref()),
+        },
+        pb::WaitResult::DeadlineReached => exit::TIMED_OUT,
+        pb::WaitResult::Matched | pb::WaitResult::Unspecified => exit::OK,
+    };
+    if ctx.json {
+        render::json(&WaitView::from(&resp))?;
+        return Ok(code);
+    }
+    let status = yieldshell_proto::views::process_status_name(info.status);
+    match result {
+        pb::WaitResult::Matched => {
+            render::stdout_bytes(&resp.matched_line)?;
+            render::stdout_bytes(b"\n")?;
+        }
+        pb::WaitResult::DeadlineReached => eprintln!(
+            "{} is still {status} after the deadline ({} so far); it keeps running",
+            a.id,
+            render::duration_ms(info.duration_ms)
+        ),
+        _ => {
+            let how = match (info.exit_code, &info.signal) {
+                (Some(c), _) => format!("exit code {c}"),
+                (None, Some(s)) => s.clone(),
+                _ => "no exit status".into(),
+            };
+            eprintln!(
+                "{} {status} ({how}) after {}",
+                a.id,
+                render::duration_ms(info.duration_ms)
+            );
+        }
+    }
+    Ok(code)
+}

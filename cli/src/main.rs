@@ -1,0 +1,147 @@
+//! `yieldctl`: the terminal client of the YieldShell daemon.
+//!
+//! Each subcommand lives in its own module. Human output by default; `--json` prints exactly the
+//! object the matching MCP tool returns (see `yieldshell_proto::views`). Exit codes are listed in
+//! [`exit`] and in the README.
+
+mod cmd_daemon;
+mod cmd_exec;
+mod cmd_procs;
+mod cmd_read;
+mod exit;
+mod render;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use yieldshell_proto::client::{ClientError, ConnectOptions, Session};
+use yieldshell_proto::session_config::{ConfigError, SessionConfig};
+
+/// Run, watch and stop shell commands owned by the YieldShell daemon (yieldshelld).
+#[derive(Debug, Parser)]
+#[command(name = "yieldctl", version, propagate_version = true)]
+pub struct Cli {
+    /// Print the JSON object the matching MCP tool returns instead of human output.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Daemon socket [default: $YIELDSHELL_SOCKET, else the per-user default].
+    #[arg(long, global = true, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command; if it is still running after --yield-ms it keeps running in the background.
+    Exec(cmd_exec::ExecArgs),
+    /// List managed processes (newest first).
+    Ps(cmd_procs::PsArgs),
+    /// Print a process's output (byte-exact); --follow streams it until the process ends.
+    Read(cmd_read::ReadArgs),
+    /// Wait for a process to end (or for its output to match --until).
+    Wait(cmd_read::WaitArgs),
+    /// Stop a process and its whole tree (SIGTERM, then SIGKILL after the grace period).
+    Stop(cmd_procs::StopArgs),
+    /// Write text to a process's stdin.
+    Write(cmd_procs::WriteArgs),
+    /// Remove records (and saved output) of ended processes.
+    Cleanup(cmd_procs::CleanupArgs),
+    /// Manage the daemon itself.
+    #[command(subcommand)]
+    Daemon(cmd_daemon::DaemonCommand),
+}
+
+/// Page size of `yieldctl` reads unless `YIELDSHELL_MAX_OUTPUT_BYTES` says otherwise.
+const CLI_PAGE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// What every subcommand gets.
+pub struct Ctx {
+    /// `--json`.
+    pub json: bool,
+    /// Connection options.
+    pub opts: ConnectOptions,
+}
+
+impl Ctx {
+    /// A session carrying this shell's environment, cwd and policy variables.
+    pub fn session(&self) -> anyhow::Result<Session> {
+        let mut config = SessionConfig::from_process_env()?;
+        // A terminal reads whole logs page by page; bigger pages than an agent's 20 kB context
+        // budget make that fast. An explicit YIELDSHELL_MAX_OUTPUT_BYTES still wins.
+        if std::env::var_os(yieldshell_proto::session_config::ENV_MAX_OUTPUT_BYTES).is_none() {
+            config.policy.max_output_bytes = Some(CLI_PAGE_BYTES);
+        }
+        Ok(Session::new(self.opts.clone(), &config))
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let mut opts = ConnectOptions::from_env("yieldctl");
+    if let Some(s) = &cli.socket {
+        opts.socket = s.clone();
+    }
+    let ctx = Ctx {
+        json: cli.json,
+        opts,
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("yieldctl: cannot start the runtime: {e}");
+            return exit::code(exit::INTERNAL);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Exec(a) => cmd_exec::run(&ctx, a).await,
+            Command::Ps(a) => cmd_procs::ps(&ctx, a).await,
+            Command::Read(a) => cmd_read::read(&ctx, a).await,
+            Command::Wait(a) => cmd_read::wait(&ctx, a).await,
+            Command::Stop(a) => cmd_procs::stop(&ctx, a).await,
+            Command::Write(a) => cmd_procs::write(&ctx, a).await,
+            Command::Cleanup(a) => cmd_procs::cleanup(&ctx, a).await,
+            Command::Daemon(c) => cmd_daemon::run(&ctx, c).await,
+        }
+    });
+    match result {
+        Ok(code) => exit::code(code),
+        Err(e) => report(&ctx, &e),
+    }
+}
+
+/// Prints an error (as JSON with `--json`) and picks the exit code. A closed stdout (`| head`)
+/// is not an error: exit 0 quietly, as Unix tools do.
+fn report(ctx: &Ctx, e: &anyhow::Error) -> std::process::ExitCode {
+    for cause in e.chain() {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::BrokenPipe
+        {
+            return exit::code(exit::OK);
+        }
+    }
+    let (kind, code) = match e.downcast_ref::<ClientError>() {
+        Some(ce) => {
+            let kind = ce.kind();
+            (Some(kind), exit::for_kind(kind))
+        }
+        None if e.is::<ConfigError>() => (None, exit::USAGE),
+        None => (None, exit::FAILURE),
+    };
+    if ctx.json {
+        let body = serde_json::json!({
+            "error": format!("{e:#}"),
+            "error_kind": kind.map(|k| k.as_str()),
+        });
+        println!("{body}");
+    } else {
+        eprintln!("yieldctl: {e:#}");
+    }
+    exit::code(code)
+}

@@ -1,0 +1,266 @@
+//! `yieldshelld`: the YieldShell daemon. It owns every managed shell process and its output, and
+//! serves the control plane (`yieldshell.v1.Control`) on a local socket only its user can reach.
+//!
+//! Crate map:
+//! - [`process`]: spawning, the per-process actor, the reaper, tree containment;
+//! - [`output`]: the per-process output log (ring + spool);
+//! - [`policy`]: per-session rules and secret redaction;
+//! - [`service`]: the gRPC handlers; [`listener`]: socket, activation, peer check;
+//! - [`session`], [`registry`], [`record`], [`recovery`], [`lock`], [`config`].
+//!
+//! `docs/ARCHITECTURE.md` describes the ownership rules these modules follow.
+
+pub mod config;
+pub mod listener;
+pub mod lock;
+pub mod output;
+pub mod policy;
+pub mod process;
+pub mod record;
+pub mod recovery;
+pub mod registry;
+pub mod service;
+pub mod session;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use yieldshell_proto::pb::control_server::ControlServer;
+
+use crate::config::DaemonConfig;
+use crate::lock::InstanceLock;
+use crate::process::reaper::{self, Reaper};
+use crate::record::RecordStore;
+use crate::registry::Registry;
+use crate::session::Sessions;
+
+/// Largest request the daemon decodes (a command line, a stdin write, an environment).
+pub const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
+
+/// State shared by every handler and task.
+#[derive(Debug)]
+pub struct Daemon {
+    /// Paths and limits.
+    pub config: DaemonConfig,
+    /// The only reaper.
+    pub reaper: Arc<Reaper>,
+    /// Every known process.
+    pub registry: Registry,
+    /// Open client sessions.
+    pub sessions: Sessions,
+    /// Persisted records and spools.
+    pub store: RecordStore,
+    /// Cancelled on shutdown.
+    pub shutdown: CancellationToken,
+    /// Wall-clock start.
+    pub started_at: SystemTime,
+    /// Monotonic start.
+    pub started: Instant,
+    /// Where the daemon log goes.
+    pub log_dir: PathBuf,
+    /// Serialises limit checks with registration (see `service::exec`).
+    pub spawn_lock: Mutex<()>,
+    actors: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Daemon {
+    /// Keeps an actor's handle so shutdown can wait for it.
+    pub fn track_actor(&self, handle: JoinHandle<()>) {
+        let mut actors = self.actors.lock().unwrap_or_else(|e| e.into_inner());
+        actors.retain(|h| !h.is_finished());
+        actors.push(handle);
+    }
+
+    /// Removes a process's record, spool and registry entry.
+    pub fn forget(&self, id: &str) {
+        self.registry.remove(id);
+        if let Err(e) = self.store.remove(id) {
+            tracing::warn!(process_id = id, "removing the record failed: {e}");
+        }
+    }
+
+    fn take_actors(&self) -> Vec<JoinHandle<()>> {
+        std::mem::take(&mut *self.actors.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Removes the oldest ended records beyond the configured number.
+    fn apply_retention(&self) {
+        let keep = self.config.file.max_ended_records();
+        let mut ended: Vec<_> = self
+            .registry
+            .all()
+            .into_iter()
+            .filter(|p| {
+                let s = p.state();
+                s.settled && s.descendants == 0 && s.status != process::Status::Running
+            })
+            .collect();
+        if ended.len() <= keep {
+            return;
+        }
+        ended.sort_by_key(|p| p.state().ended_at.unwrap_or(p.started_at));
+        let excess = ended.len() - keep;
+        for p in ended.into_iter().take(excess) {
+            self.forget(&p.id);
+        }
+    }
+}
+
+/// Tells systemd (Type=notify) that the daemon is ready, when it runs under systemd.
+fn notify_systemd_ready() {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let Ok(sock) = std::os::unix::net::UnixDatagram::unbound() else {
+        return;
+    };
+    let bytes = yieldshell_proto::session_config::os_bytes(&path);
+    let result = if let Some(name) = bytes.strip_prefix(b"@") {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::linux::net::SocketAddrExt;
+            std::os::unix::net::SocketAddr::from_abstract_name(name)
+                .and_then(|addr| sock.send_to_addr(b"READY=1", &addr))
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = name;
+            Ok(0)
+        }
+    } else {
+        sock.send_to(b"READY=1", std::path::Path::new(&path))
+    };
+    if let Err(e) = result {
+        tracing::warn!("sd_notify READY failed: {e}");
+    }
+}
+
+/// Runs the daemon until SIGTERM/SIGINT or a `Shutdown` call, then stops every managed process
+/// and exits.
+pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
+    record::create_private_dir(&config.state_dir)
+        .with_context(|| format!("creating state directory {}", config.state_dir.display()))?;
+    let lock = InstanceLock::acquire(&config.state_dir)?;
+    reaper::become_subreaper().context("becoming a child subreaper")?;
+    let reaper = Reaper::start().context("installing the SIGCHLD handler")?;
+    let store = RecordStore::open(&config.state_dir).context("opening the record store")?;
+    let daemon = Arc::new(Daemon {
+        config: config.clone(),
+        reaper,
+        registry: Registry::default(),
+        sessions: Sessions::default(),
+        store,
+        shutdown: CancellationToken::new(),
+        started_at: SystemTime::now(),
+        started: Instant::now(),
+        log_dir,
+        spawn_lock: Mutex::new(()),
+        actors: Mutex::new(Vec::new()),
+    });
+    let lost = recovery::recover(&daemon);
+    let bound = listener::bind(&config.socket)?;
+    tracing::info!(
+        pid = std::process::id(),
+        version = yieldshell_proto::VERSION,
+        socket = %config.socket.display(),
+        state_dir = %config.state_dir.display(),
+        lock = %lock.path().display(),
+        activated = bound.activated,
+        records = daemon.registry.count(),
+        lost,
+        "yieldshelld ready"
+    );
+
+    spawn_signal_handlers(daemon.shutdown.clone())?;
+    let retention = {
+        let d = daemon.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => d.apply_retention(),
+                    _ = d.shutdown.cancelled() => break,
+                }
+            }
+        })
+    };
+
+    let svc = service::ControlService::new(daemon.clone());
+    let grpc = tonic::service::interceptor::InterceptedService::new(
+        ControlServer::new(svc)
+            .max_decoding_message_size(MAX_REQUEST_BYTES)
+            .max_encoding_message_size(yieldshell_proto::client::MAX_MESSAGE_BYTES),
+        listener::check_peer,
+    );
+    let incoming = tokio_stream::wrappers::UnixListenerStream::new(bound.listener);
+    let shutdown = daemon.shutdown.clone();
+    let mut server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+            .add_service(grpc)
+            .serve_with_incoming_shutdown(incoming, async move { shutdown.cancelled().await }),
+    );
+    notify_systemd_ready();
+
+    let server_result = tokio::select! {
+        r = &mut server => Some(r),
+        _ = daemon.shutdown.cancelled() => None,
+    };
+    daemon.shutdown.cancel();
+    tracing::info!("shutting down: stopping managed processes");
+    let timing = config.file.timing();
+    let actors = daemon.take_actors();
+    let waited = tokio::time::timeout(
+        timing.shutdown_grace + Duration::from_secs(12),
+        futures_join_all(actors),
+    )
+    .await;
+    if waited.is_err() {
+        tracing::error!("some process actors did not finish in time");
+    }
+    retention.abort();
+    if server_result.is_none()
+        && tokio::time::timeout(Duration::from_secs(2), &mut server)
+            .await
+            .is_err()
+    {
+        server.abort();
+    }
+    listener::remove_if_ours(&bound.owned_path);
+    tracing::info!("yieldshelld stopped");
+    drop(lock);
+    if let Some(Ok(Err(e))) = server_result {
+        return Err(e).context("serving the control socket");
+    }
+    Ok(())
+}
+
+async fn futures_join_all(handles: Vec<JoinHandle<()>>) {
+    for h in handles {
+        let _ = h.await;
+    }
+}
+
+fn spawn_signal_handlers(shutdown: CancellationToken) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    // SIGHUP (terminal hang-up) must not kill a daemon that owns processes: log and go on.
+    let mut hup = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = term.recv() => { tracing::info!("SIGTERM received"); break; }
+                _ = int.recv() => { tracing::info!("SIGINT received"); break; }
+                _ = hup.recv() => { tracing::info!("SIGHUP ignored"); continue; }
+            }
+        }
+        shutdown.cancel();
+    });
+    Ok(())
+}

@@ -1,0 +1,95 @@
+//! `yieldshelld` entry point: arguments, logging, then [`yieldshelld::run`].
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use yieldshell_proto::paths;
+use yieldshelld::config::{DaemonConfig, FileConfig};
+
+/// The YieldShell daemon: owns managed shell processes and their output, and serves the control
+/// socket used by mcp-yieldshell and yieldctl. Clients start it on demand; run it by hand (or as
+/// a systemd/launchd service) to keep it in the foreground.
+#[derive(Debug, Parser)]
+#[command(name = "yieldshelld", version)]
+struct Args {
+    /// Socket to serve on [default: $YIELDSHELL_SOCKET, else $XDG_RUNTIME_DIR/yieldshell/yieldshelld.sock, else <tmp>/yieldshell-<uid>/yieldshelld.sock]
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// State directory: records, output spools, logs [default: $YIELDSHELL_STATE_DIR, else the platform state dir]
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Config file (TOML) [default: $YIELDSHELL_CONFIG, else <config dir>/yieldshell/config.toml]
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Also log to stderr (the log file in <state dir>/logs is always written).
+    #[arg(long)]
+    log_stderr: bool,
+}
+
+fn init_logging(
+    log_dir: &std::path::Path,
+    to_stderr: bool,
+) -> anyhow::Result<tracing_appender::non_blocking::WorkerGuard> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    yieldshelld::record::create_private_dir(log_dir)?;
+    let appender = tracing_appender::rolling::Builder::new()
+        .rotation(tracing_appender::rolling::Rotation::DAILY)
+        .filename_prefix("yieldshelld")
+        .filename_suffix("log")
+        .max_log_files(7)
+        .build(log_dir)?;
+    let (writer, guard) = tracing_appender::non_blocking(appender);
+    let filter = tracing_subscriber::EnvFilter::try_from_env("YIELDSHELL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let file_layer = tracing_subscriber::fmt::layer()
+        .with_writer(writer)
+        .with_ansi(false);
+    let stderr_layer = to_stderr.then(|| {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+    });
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(file_layer)
+        .with(stderr_layer)
+        .init();
+    Ok(guard)
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    match real_main(args) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("yieldshelld: {e:#}");
+            tracing::error!("exiting: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn real_main(args: Args) -> anyhow::Result<()> {
+    let state_dir = match args.state_dir {
+        Some(d) => d,
+        None => paths::default_state_dir()?,
+    };
+    let socket = args.socket.unwrap_or_else(paths::default_socket_path);
+    let config_file = args.config.or_else(paths::default_config_file);
+    let file = FileConfig::load(config_file.as_deref()).map_err(anyhow::Error::msg)?;
+    yieldshelld::record::create_private_dir(&state_dir)?;
+    let log_dir = state_dir.join("logs");
+    let _guard = init_logging(&log_dir, args.log_stderr)?;
+    let config = DaemonConfig {
+        socket,
+        state_dir,
+        config_file,
+        file,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("yieldshelld")
+        .build()?;
+    runtime.block_on(yieldshelld::run(config, log_dir))
+}

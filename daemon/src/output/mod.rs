@@ -1,0 +1,829 @@
+//! One output log per managed process: both streams interleaved in arrival order, numbered by
+//! byte, kept in a bounded ring and a capped disk spool.
+//!
+//! # Theory of operation
+//! - **Writers.** Only the process's pipe readers append (through [`OutputLog::append`]), after
+//!   redaction, so the ring and the spool never hold a secret the session asked to hide. An append
+//!   takes the log's mutex for a memcpy and a page-cache write; it never waits on a reader, so a
+//!   slow or stalled client can never block the process.
+//! - **Sequence numbers.** Byte `n` of the interleaved log has `seq == n`, starting at 1. A read
+//!   returns `next_seq` right after the last byte it returned, so following `next_seq` returns
+//!   every byte exactly once, whatever the page size.
+//! - **Readers** pull with cursors ([`OutputLog::read`]) and wait for news on a `watch` channel
+//!   that carries the end position; there are no per-reader queues, so a reader costs a cursor.
+//!   Reads that fall behind the ring are told (`truncated`, or a gap in `follow`), and may be
+//!   served from the spool instead.
+//! - **Closing.** When both pipes reach EOF (or the daemon gives up draining them), the log is
+//!   closed; `follow` ends there.
+//! - The mutex is a `std` mutex held only for short, non-blocking sections and never across an
+//!   `.await`.
+
+pub(crate) mod ring;
+pub(crate) mod spool;
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use tokio::sync::watch;
+
+use ring::Ring;
+use spool::{Spool, SpoolReader};
+
+/// A run of bytes from one stream: its first sequence number, the stream, the bytes.
+pub type Run = (u64, Stream, Vec<u8>);
+
+/// Result of [`OutputLog::read_runs`].
+#[derive(Debug, Clone, Default)]
+pub struct RunsPage {
+    /// Runs in arrival order.
+    pub runs: Vec<Run>,
+    /// Sequence number after the last byte covered.
+    pub next: u64,
+    /// Bytes `[from, to)` that were no longer retained anywhere.
+    pub gap: Option<(u64, u64)>,
+}
+
+/// Which pipe bytes came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+impl Stream {
+    fn as_byte(self) -> u8 {
+        match self {
+            Stream::Stdout => 1,
+            Stream::Stderr => 2,
+        }
+    }
+
+    fn from_byte(b: u8) -> Option<Stream> {
+        match b {
+            1 => Some(Stream::Stdout),
+            2 => Some(Stream::Stderr),
+            _ => None,
+        }
+    }
+}
+
+/// Which streams a read selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamFilter {
+    /// Both streams.
+    Both,
+    /// Only stdout.
+    Stdout,
+    /// Only stderr.
+    Stderr,
+}
+
+impl StreamFilter {
+    fn selects(self, s: Stream) -> bool {
+        matches!(
+            (self, s),
+            (StreamFilter::Both, _)
+                | (StreamFilter::Stdout, Stream::Stdout)
+                | (StreamFilter::Stderr, Stream::Stderr)
+        )
+    }
+}
+
+/// Where the log ends, broadcast to waiting readers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogEnd {
+    /// Sequence number the next byte will get.
+    pub next_seq: u64,
+    /// No more bytes will come.
+    pub closed: bool,
+}
+
+/// Byte and line totals of one stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamTotals {
+    /// Bytes captured.
+    pub bytes: u64,
+    /// Complete lines, plus one for a final unterminated line.
+    pub lines: u64,
+    newlines: u64,
+    ends_with_newline: bool,
+}
+
+impl StreamTotals {
+    fn add(&mut self, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        self.bytes += data.len() as u64;
+        self.newlines += memchr::memchr_iter(b'\n', data).count() as u64;
+        self.ends_with_newline = data.last() == Some(&b'\n');
+        self.lines = self.newlines + u64::from(!self.ends_with_newline);
+    }
+}
+
+/// What a read asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadQuery {
+    /// Page forward from here; `None`: the latest bytes.
+    pub since: Option<u64>,
+    /// Most bytes returned per stream.
+    pub max_bytes: usize,
+    /// Streams to return.
+    pub streams: StreamFilter,
+    /// Latest view only: at most this many lines.
+    pub tail_lines: Option<u32>,
+    /// Serve bytes older than the ring from the spool.
+    pub use_spool: bool,
+}
+
+/// A window of output.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadResult {
+    /// stdout bytes in the window.
+    pub stdout: Vec<u8>,
+    /// stderr bytes in the window.
+    pub stderr: Vec<u8>,
+    /// First sequence number the window covers.
+    pub first_seq: u64,
+    /// Sequence number after the window.
+    pub next_seq: u64,
+    /// Requested bytes are missing (evicted, or before a latest-view window).
+    pub truncated: bool,
+    /// More bytes are already available after `next_seq`.
+    pub has_more: bool,
+    /// Oldest retained sequence number (ring, or spool when asked).
+    pub retained_from: u64,
+}
+
+impl ReadResult {
+    fn take(&mut self, stream: Stream) -> &mut Vec<u8> {
+        match stream {
+            Stream::Stdout => &mut self.stdout,
+            Stream::Stderr => &mut self.stderr,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct LogInner {
+    ring: Ring,
+    next_seq: u64,
+    stdout: StreamTotals,
+    stderr: StreamTotals,
+    spool: Option<Spool>,
+    closed: bool,
+}
+
+/// The output of one process. Shared (`Arc`) by its pipe readers and every RPC handler.
+#[derive(Debug)]
+pub struct OutputLog {
+    inner: Mutex<LogInner>,
+    end: watch::Sender<LogEnd>,
+    spool_dir: Option<std::path::PathBuf>,
+}
+
+/// Length of the UTF-8 sequence a lead byte starts (1 for ASCII and for invalid bytes).
+fn utf8_len(lead: u8) -> usize {
+    match lead {
+        0xC2..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        0xF0..=0xF4 => 4,
+        _ => 1,
+    }
+}
+
+/// Where to cut `bytes` at or before `cut` without splitting a UTF-8 character; keeps `cut` when
+/// moving back would leave nothing (binary data is then simply cut).
+fn char_boundary_before(bytes: &[u8], cut: usize) -> usize {
+    if cut >= bytes.len() {
+        return cut;
+    }
+    let lowest = cut.saturating_sub(3);
+    for i in (lowest..cut).rev() {
+        let b = bytes[i];
+        if b & 0xC0 != 0x80 {
+            // A lead byte: move the cut before it if its character does not fit.
+            return if i + utf8_len(b) > cut && i > 0 {
+                i
+            } else {
+                cut
+            };
+        }
+    }
+    cut
+}
+
+/// How many leading continuation bytes to skip so a window starts on a character.
+fn continuation_prefix(bytes: &[u8]) -> usize {
+    let n = bytes
+        .iter()
+        .take(3)
+        .take_while(|b| **b & 0xC0 == 0x80)
+        .count();
+    if n == bytes.len() { 0 } else { n }
+}
+
+impl OutputLog {
+    /// A new log with a ring of `ring_bytes` and, when `spool_dir` is given, a spool capped at
+    /// `spool_cap` bytes.
+    pub fn new(ring_bytes: usize, spool_dir: Option<&Path>, spool_cap: u64) -> OutputLog {
+        let (end, _) = watch::channel(LogEnd {
+            next_seq: 1,
+            closed: false,
+        });
+        OutputLog {
+            inner: Mutex::new(LogInner {
+                ring: Ring::new(ring_bytes, 1),
+                next_seq: 1,
+                stdout: StreamTotals::default(),
+                stderr: StreamTotals::default(),
+                spool: spool_dir.map(|d| Spool::create(d, spool_cap)),
+                closed: false,
+            }),
+            end,
+            spool_dir: spool_dir.map(Path::to_path_buf),
+        }
+    }
+
+    /// Rebuilds a closed log from a spool written by an earlier daemon: the ring gets the newest
+    /// `ring_bytes`, totals are recounted from what is on disk.
+    pub fn restore(ring_bytes: usize, spool_dir: &Path) -> OutputLog {
+        let log = OutputLog {
+            spool_dir: Some(spool_dir.to_path_buf()),
+            ..OutputLog::new(ring_bytes, None, 0)
+        };
+        {
+            let mut inner = log.lock();
+            if let Ok(reader) = SpoolReader::open(spool_dir) {
+                let (start, end) = reader.range();
+                let ring_start = end.saturating_sub(ring_bytes as u64).max(start);
+                inner.ring = Ring::new(ring_bytes, ring_start);
+                let mut seq = start;
+                while seq < end {
+                    let Ok(runs) = reader.read(seq, 1 << 20) else {
+                        break;
+                    };
+                    if runs.is_empty() {
+                        break;
+                    }
+                    for (at, stream, bytes) in runs {
+                        match stream {
+                            Stream::Stdout => inner.stdout.add(&bytes),
+                            Stream::Stderr => inner.stderr.add(&bytes),
+                        }
+                        let run_end = at + bytes.len() as u64;
+                        if run_end > ring_start {
+                            let skip = usize::try_from(ring_start.saturating_sub(at)).unwrap_or(0);
+                            inner.ring.push(stream, &bytes[skip..]);
+                        }
+                        seq = run_end;
+                    }
+                }
+                inner.next_seq = seq.max(start);
+            }
+            inner.closed = true;
+            let end = LogEnd {
+                next_seq: inner.next_seq,
+                closed: true,
+            };
+            drop(inner);
+            log.end.send_replace(end);
+        }
+        log
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LogInner> {
+        // A panic while holding this lock cannot leave the log inconsistent in a way worse than
+        // losing the panicking append, so recover the guard rather than poisoning every reader.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends bytes from one stream.
+    pub fn append(&self, stream: Stream, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let next_seq = {
+            let mut inner = self.lock();
+            if inner.closed {
+                return;
+            }
+            inner.ring.push(stream, data);
+            if let Some(spool) = inner.spool.as_mut() {
+                spool.append(stream, data);
+            }
+            match stream {
+                Stream::Stdout => inner.stdout.add(data),
+                Stream::Stderr => inner.stderr.add(data),
+            }
+            inner.next_seq += data.len() as u64;
+            inner.next_seq
+        };
+        self.end.send_modify(|e| e.next_seq = next_seq);
+    }
+
+    /// Marks the log complete; later appends are ignored.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.end.send_modify(|e| e.closed = true);
+    }
+
+    /// Subscribes to end-position changes.
+    pub fn subscribe(&self) -> watch::Receiver<LogEnd> {
+        self.end.subscribe()
+    }
+
+    /// Current end position.
+    pub fn end(&self) -> LogEnd {
+        *self.end.borrow()
+    }
+
+    /// Byte and line totals per stream.
+    pub fn totals(&self) -> (StreamTotals, StreamTotals) {
+        let inner = self.lock();
+        (inner.stdout, inner.stderr)
+    }
+
+    /// Spool health: dropped bytes and the degradation reason.
+    pub fn spool_health(&self) -> (u64, Option<String>) {
+        let inner = self.lock();
+        inner
+            .spool
+            .as_ref()
+            .map(|s| (s.dropped, s.degraded.clone()))
+            .unwrap_or((0, None))
+    }
+
+    /// Reads a window of output (see [`ReadQuery`]).
+    pub fn read(&self, q: &ReadQuery) -> ReadResult {
+        let max = q.max_bytes.max(1);
+        let inner = self.lock();
+        let end = inner.next_seq;
+        let ring_start = inner.ring.start();
+        match q.since {
+            Some(since) => {
+                let since = since.clamp(1, end);
+                if since < ring_start && q.use_spool {
+                    let spool_start = inner.spool.as_ref().map_or(1, Spool::start);
+                    drop(inner);
+                    if let Some(r) = self.read_spool(since, ring_start, spool_start, end, q) {
+                        return r;
+                    }
+                    return self.read(&ReadQuery {
+                        since: Some(ring_start),
+                        ..*q
+                    });
+                }
+                Self::read_forward(&inner, since, end, max, q.streams)
+            }
+            None => Self::read_latest(&inner, end, max, q.streams, q.tail_lines),
+        }
+    }
+
+    /// Reads forward from `since` keeping arrival order: runs of the selected streams, at most
+    /// `max` bytes in total, from the spool when the ring no longer has them. Used by `follow`
+    /// and `wait --until`.
+    pub fn read_runs(&self, since: u64, max: usize, streams: StreamFilter) -> RunsPage {
+        let max = max.max(1);
+        let inner = self.lock();
+        let end = inner.next_seq;
+        let ring_start = inner.ring.start();
+        let since = since.clamp(1, end);
+        let mut runs = Vec::new();
+        let mut gap = None;
+        let mut next = since;
+        if since < ring_start {
+            let spool_start = inner.spool.as_ref().map_or(1, Spool::start);
+            drop(inner);
+            let on_disk = self
+                .spool_dir
+                .as_deref()
+                .and_then(|d| SpoolReader::open(d).ok())
+                .map(|r| {
+                    let start = spool_start.max(r.range().0);
+                    let from = since.max(start);
+                    let want = usize::try_from(ring_start.saturating_sub(from)).unwrap_or(max);
+                    (from, r.read(from, want.min(max)).unwrap_or_default())
+                });
+            match on_disk {
+                Some((from, disk_runs)) if !disk_runs.is_empty() => {
+                    if from > since {
+                        gap = Some((since, from));
+                    }
+                    next = from;
+                    for (at, stream, bytes) in disk_runs {
+                        next = at + bytes.len() as u64;
+                        if streams.selects(stream) {
+                            runs.push((at, stream, bytes));
+                        }
+                    }
+                    return RunsPage { runs, next, gap };
+                }
+                _ => {
+                    gap = Some((since, ring_start));
+                    return self.read_runs_after_gap(ring_start, max, streams, gap);
+                }
+            }
+        }
+        let mut total = 0usize;
+        for chunk in inner.ring.chunks() {
+            if chunk.end() <= next {
+                continue;
+            }
+            let skip = usize::try_from(next - chunk.start).unwrap_or(0);
+            let bytes = &chunk.bytes()[skip..];
+            if !streams.selects(chunk.stream) {
+                next = chunk.end();
+                continue;
+            }
+            let take = bytes.len().min(max - total);
+            runs.push((next, chunk.stream, bytes[..take].to_vec()));
+            total += take;
+            next += take as u64;
+            if total >= max {
+                break;
+            }
+        }
+        RunsPage { runs, next, gap }
+    }
+
+    fn read_runs_after_gap(
+        &self,
+        from: u64,
+        max: usize,
+        streams: StreamFilter,
+        gap: Option<(u64, u64)>,
+    ) -> RunsPage {
+        RunsPage {
+            gap,
+            ..self.read_runs(from, max, streams)
+        }
+    }
+
+    fn read_forward(
+        inner: &LogInner,
+        since: u64,
+        end: u64,
+        max: usize,
+        streams: StreamFilter,
+    ) -> ReadResult {
+        let ring_start = inner.ring.start();
+        let from = since.max(ring_start);
+        let mut r = ReadResult {
+            first_seq: from,
+            next_seq: from,
+            truncated: since < ring_start,
+            retained_from: ring_start,
+            ..ReadResult::default()
+        };
+        for chunk in inner.ring.chunks() {
+            if chunk.end() <= r.next_seq {
+                continue;
+            }
+            let skip = usize::try_from(r.next_seq - chunk.start).unwrap_or(0);
+            let bytes = &chunk.bytes()[skip..];
+            if !streams.selects(chunk.stream) {
+                r.next_seq = chunk.end();
+                continue;
+            }
+            let out = r.take(chunk.stream);
+            let room = max.saturating_sub(out.len());
+            if bytes.len() <= room {
+                out.extend_from_slice(bytes);
+                r.next_seq = chunk.end();
+                continue;
+            }
+            // This stream is full: stop here, on a character boundary, so the next page
+            // continues exactly where this one ends.
+            let cut = char_boundary_before(bytes, room);
+            out.extend_from_slice(&bytes[..cut]);
+            r.next_seq += cut as u64;
+            break;
+        }
+        r.has_more = r.next_seq < end;
+        r
+    }
+
+    fn read_latest(
+        inner: &LogInner,
+        end: u64,
+        max: usize,
+        streams: StreamFilter,
+        tail_lines: Option<u32>,
+    ) -> ReadResult {
+        let ring_start = inner.ring.start();
+        // Walk back from the end to find where the window starts.
+        let mut first = end;
+        let mut taken = [0usize; 2];
+        let mut lines_left = tail_lines.map(|n| u64::from(n.max(1)));
+        let mut at_end = true;
+        'chunks: for chunk in inner.ring.chunks().rev() {
+            let bytes = chunk.bytes();
+            if !streams.selects(chunk.stream) {
+                first = chunk.start;
+                continue;
+            }
+            let idx = usize::from(chunk.stream == Stream::Stderr);
+            let room = max.saturating_sub(taken[idx]);
+            let mut keep = bytes.len().min(room);
+            if let Some(left) = lines_left.as_mut() {
+                // Count newlines backwards; a newline that ends the log does not start a line.
+                let window = &bytes[bytes.len() - keep..];
+                let mut cut = None;
+                for (i, b) in window.iter().enumerate().rev() {
+                    if *b != b'\n' {
+                        at_end = false;
+                        continue;
+                    }
+                    if at_end {
+                        at_end = false;
+                        continue;
+                    }
+                    *left -= 1;
+                    if *left == 0 {
+                        cut = Some(i + 1);
+                        break;
+                    }
+                }
+                if let Some(c) = cut {
+                    keep = window.len() - c;
+                    first = chunk.end() - keep as u64;
+                    break 'chunks;
+                }
+            }
+            taken[idx] += keep;
+            first = chunk.end() - keep as u64;
+            if keep < bytes.len() {
+                break;
+            }
+        }
+        // Start on a character, not in the middle of one.
+        if let Some(chunk) = inner
+            .ring
+            .chunks()
+            .find(|c| c.start <= first && first < c.end())
+        {
+            let skip = usize::try_from(first - chunk.start).unwrap_or(0);
+            first += continuation_prefix(&chunk.bytes()[skip..]) as u64;
+        }
+        let mut r = Self::read_forward(inner, first, end, usize::MAX, streams);
+        r.truncated = first > 1;
+        r.retained_from = ring_start;
+        r.has_more = false;
+        r
+    }
+
+    fn read_spool(
+        &self,
+        since: u64,
+        ring_start: u64,
+        spool_start: u64,
+        end: u64,
+        q: &ReadQuery,
+    ) -> Option<ReadResult> {
+        let dir = self.spool_dir.as_deref()?;
+        let reader = SpoolReader::open(dir).ok()?;
+        let (disk_start, _) = reader.range();
+        let start = spool_start.max(disk_start);
+        let from = since.max(start);
+        if from >= ring_start {
+            return None;
+        }
+        let max = q.max_bytes.max(1);
+        let want = usize::try_from(ring_start - from).unwrap_or(usize::MAX);
+        // Read a bit more than one stream's cap; unselected bytes do not count against it.
+        let runs = reader.read(from, want.min(max.saturating_mul(2))).ok()?;
+        let mut r = ReadResult {
+            first_seq: from,
+            next_seq: from,
+            truncated: since < from,
+            retained_from: start,
+            ..ReadResult::default()
+        };
+        for (at, stream, bytes) in runs {
+            if !q.streams.selects(stream) {
+                r.next_seq = at + bytes.len() as u64;
+                continue;
+            }
+            let out = r.take(stream);
+            let room = max.saturating_sub(out.len());
+            if bytes.len() <= room {
+                out.extend_from_slice(&bytes);
+                r.next_seq = at + bytes.len() as u64;
+                continue;
+            }
+            let cut = char_boundary_before(&bytes, room);
+            out.extend_from_slice(&bytes[..cut]);
+            r.next_seq = at + cut as u64;
+            break;
+        }
+        if r.next_seq == from {
+            return None;
+        }
+        r.has_more = r.next_seq < end;
+        Some(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(since: Option<u64>, max: usize) -> ReadQuery {
+        ReadQuery {
+            since,
+            max_bytes: max,
+            streams: StreamFilter::Both,
+            tail_lines: None,
+            use_spool: false,
+        }
+    }
+
+    #[test]
+    fn a_fresh_log_starts_at_seq_1() {
+        let log = OutputLog::new(100, None, 0);
+        let r = log.read(&q(Some(1), 10));
+        assert_eq!((r.first_seq, r.next_seq, r.truncated), (1, 1, false));
+        assert_eq!(log.end().next_seq, 1);
+    }
+
+    #[test]
+    fn paging_by_next_seq_returns_every_byte_once() {
+        let log = OutputLog::new(1 << 20, None, 0);
+        let mut expected = Vec::new();
+        for i in 0..200u32 {
+            let (s, data) = if i % 3 == 0 {
+                (Stream::Stderr, format!("e{i}\n"))
+            } else {
+                (Stream::Stdout, format!("out line {i}\n"))
+            };
+            log.append(s, data.as_bytes());
+            expected.push((s, data));
+        }
+        for page in [1usize, 7, 64, 1000] {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let mut seq = 1;
+            loop {
+                let r = log.read(&q(Some(seq), page));
+                assert!(!r.truncated);
+                out.extend_from_slice(&r.stdout);
+                err.extend_from_slice(&r.stderr);
+                assert!(r.next_seq > seq || !r.has_more);
+                seq = r.next_seq;
+                if !r.has_more {
+                    break;
+                }
+            }
+            let want_out: String = expected
+                .iter()
+                .filter(|(s, _)| *s == Stream::Stdout)
+                .map(|(_, d)| d.as_str())
+                .collect();
+            let want_err: String = expected
+                .iter()
+                .filter(|(s, _)| *s == Stream::Stderr)
+                .map(|(_, d)| d.as_str())
+                .collect();
+            assert_eq!(
+                String::from_utf8(out).expect("utf8"),
+                want_out,
+                "page {page}"
+            );
+            assert_eq!(
+                String::from_utf8(err).expect("utf8"),
+                want_err,
+                "page {page}"
+            );
+        }
+    }
+
+    #[test]
+    fn evicted_since_sets_truncated_and_resumes_at_ring_start() {
+        let log = OutputLog::new(10, None, 0);
+        log.append(Stream::Stdout, b"0123456789abcdef");
+        let r = log.read(&q(Some(1), 100));
+        assert!(r.truncated);
+        assert_eq!(r.first_seq, 7);
+        assert_eq!(r.stdout, b"6789abcdef");
+        let again = log.read(&q(Some(r.next_seq), 100));
+        assert!(!again.truncated);
+        assert!(again.stdout.is_empty());
+    }
+
+    #[test]
+    fn latest_view_returns_the_end_with_truncated() {
+        let log = OutputLog::new(100, None, 0);
+        log.append(Stream::Stdout, b"aaaa");
+        log.append(Stream::Stderr, b"EE");
+        log.append(Stream::Stdout, b"bbbb");
+        let r = log.read(&q(None, 5));
+        // Walking back: "bbbb" (4 of 5), "EE" (2 of 5), then stdout has 1 byte left: "a".
+        assert_eq!(r.stdout, b"abbbb");
+        assert_eq!(r.stderr, b"EE");
+        assert_eq!((r.first_seq, r.next_seq), (4, 11));
+        assert!(r.truncated);
+        let all = log.read(&q(None, 100));
+        assert!(!all.truncated);
+        assert_eq!(all.first_seq, 1);
+    }
+
+    #[test]
+    fn stream_filter_skips_other_bytes_but_advances_seq() {
+        let log = OutputLog::new(100, None, 0);
+        log.append(Stream::Stdout, b"out");
+        log.append(Stream::Stderr, b"err");
+        let r = log.read(&ReadQuery {
+            streams: StreamFilter::Stderr,
+            ..q(Some(1), 100)
+        });
+        assert_eq!(r.stderr, b"err");
+        assert!(r.stdout.is_empty());
+        assert_eq!(r.next_seq, 7);
+    }
+
+    #[test]
+    fn tail_lines_counts_lines_of_the_selected_streams() {
+        let log = OutputLog::new(1000, None, 0);
+        log.append(Stream::Stdout, b"one\ntwo\nthree\nfour\n");
+        let r = log.read(&ReadQuery {
+            tail_lines: Some(2),
+            ..q(None, 1000)
+        });
+        assert_eq!(r.stdout, b"three\nfour\n");
+        log.append(Stream::Stdout, b"partial");
+        let r = log.read(&ReadQuery {
+            tail_lines: Some(2),
+            ..q(None, 1000)
+        });
+        assert_eq!(r.stdout, b"four\npartial");
+    }
+
+    #[test]
+    fn pages_never_split_a_utf8_character() {
+        let log = OutputLog::new(100, None, 0);
+        log.append(Stream::Stdout, "aé€".as_bytes()); // 1 + 2 + 3 bytes
+        let r = log.read(&q(Some(1), 2));
+        assert_eq!(r.stdout, b"a");
+        assert_eq!(r.next_seq, 2);
+        let r = log.read(&q(Some(2), 4));
+        assert_eq!(r.stdout, "é".as_bytes());
+        let latest = log.read(&q(None, 4));
+        assert_eq!(latest.stdout, "€".as_bytes());
+    }
+
+    #[test]
+    fn binary_is_cut_exactly() {
+        let log = OutputLog::new(100, None, 0);
+        log.append(Stream::Stdout, b"\xff\xfe\xfd");
+        let r = log.read(&q(Some(1), 2));
+        assert_eq!(r.stdout, b"\xff\xfe");
+    }
+
+    #[test]
+    fn totals_count_bytes_and_lines() {
+        let log = OutputLog::new(100, None, 0);
+        log.append(Stream::Stdout, b"a\nb");
+        let (out, err) = log.totals();
+        assert_eq!((out.bytes, out.lines), (3, 2));
+        log.append(Stream::Stdout, b"\n");
+        assert_eq!(log.totals().0.lines, 2);
+        assert_eq!(err.lines, 0);
+    }
+
+    #[test]
+    fn spool_serves_what_the_ring_evicted_and_restores_after_restart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = OutputLog::new(8, Some(dir.path()), 1 << 30);
+        log.append(Stream::Stdout, b"first-");
+        log.append(Stream::Stderr, b"second-");
+        log.append(Stream::Stdout, b"third");
+        let r = log.read(&ReadQuery {
+            use_spool: true,
+            ..q(Some(1), 1000)
+        });
+        assert!(!r.truncated);
+        assert_eq!(r.stdout, b"first-");
+        assert_eq!(r.stderr, b"seco");
+        let rest = log.read(&ReadQuery {
+            use_spool: true,
+            ..q(Some(r.next_seq), 1000)
+        });
+        assert_eq!(rest.stderr, b"nd-");
+        assert_eq!(rest.stdout, b"third");
+        drop(log);
+
+        let restored = OutputLog::restore(8, dir.path());
+        assert!(restored.end().closed);
+        assert_eq!(restored.end().next_seq, 19);
+        assert_eq!(restored.read(&q(None, 100)).stdout, b"third");
+        let (out, err) = restored.totals();
+        assert_eq!((out.bytes, err.bytes), (11, 7));
+        let all = restored.read(&ReadQuery {
+            use_spool: true,
+            ..q(Some(1), 1000)
+        });
+        assert_eq!(all.stdout, b"first-");
+    }
+}

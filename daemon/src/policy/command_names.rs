@@ -1,0 +1,1140 @@
+//! Program names of every simple command a shell command line would run.
+//!
+//! The policy layer checks each name against `ALLOW_COMMANDS`, so this module is a
+//! security boundary: anything it cannot see must be refused, never skipped.
+//!
+//! # Why a real parser
+//! Splitting on `;`, `&&` or `|` misses commands hidden in `$(…)`, backticks,
+//! `<(…)`, here-documents, `case` arms, function bodies and parameter defaults such
+//! as `${X:-$(rm x)}`. We parse with `brush-parser` (a bash grammar), walk the whole
+//! AST, re-parse every word into its pieces and recurse into each substitution.
+//!
+//! # What is returned
+//! The command word of each simple command after quote removal (`'ls'`, `"ls"`,
+//! `l\s` → `ls`), in source order of first appearance, duplicates removed. Paths stay
+//! as written (`/bin/rm` is not `rm`). Builtins and wrappers are not looked through:
+//! `env rm` yields `env`, `eval "rm"` yields `eval`. Function bodies count even if the
+//! function is never called (`ls() { rm x; }; ls` yields `rm`, `ls`).
+//!
+//! # What is refused
+//! * [`CommandParseError::Syntax`]: anything brush cannot parse (including `select`,
+//!   which brush 0.4.0 does not know), and inputs brush mishandles: lines over
+//!   [`MAX_LINE_BYTES`] or with more than [`MAX_OPENERS`] nesting openers (a stack
+//!   overflow would abort the daemon), numbers that make it panic (`~99999999999`,
+//!   `99999999999>x`), words it tokenizes inconsistently, and unquoted here-document
+//!   bodies whose expansions cannot be isolated in linear time (nested here-documents,
+//!   unbalanced brackets). Parsing runs on its own thread with a 64 MiB stack, and a
+//!   parser panic becomes a refusal too.
+//! * [`CommandParseError::Dynamic`]:
+//!   - a command word with an expansion: `$X`, `${X}`, `$(…)`, backticks, `$((…))`,
+//!     globs (`l*`, `l?`, `[a]b`), braces `{a,b}`, tilde `~/bin/x`, ANSI-C `$'\x6c'`;
+//!   - arithmetic that names a variable (`$((i+1))`, `(( i++ ))`, `${a[i]}`,
+//!     `${s:n}`, `[[ $x -eq 1 ]]`): bash evaluates a value such as `a[$(rm x)]`
+//!     recursively and runs the substitution, so only literal arithmetic is accepted;
+//!   - `${!x}` and `${x@P}` (indirection and prompt expansion run code from values),
+//!     and `[[ -v … ]]` on anything but a plain name;
+//!   - backquoted substitutions containing a backslash (bash unescapes `\$` there,
+//!     brush does not, so `` `echo \$(rm x)` `` would otherwise hide `rm`);
+//!   - assignments to [`RISKY_VARIABLES`] such as `PATH` or `LD_PRELOAD` (by `=`,
+//!     `for`, `coproc` or `${…:=…}`), which change what an allowed name runs.
+//!
+//! # Not covered (caller's allowlist must handle)
+//! Builtins that run code taken from their arguments or from variable values:
+//! `eval`, `source`/`.`, `exec`, `command`, `builtin`, `trap`, `alias`, `let`,
+//! `declare`/`typeset`/`local`/`readonly` (`-i` arithmetic), `read`, `mapfile`,
+//! `printf -v`, `getopts`, `hash -p`, `enable`, and `test`/`[` with `-v 'a[$(rm x)]'`.
+//! Quoted arguments of declaration builtins (`export "PATH=/x"`) also escape the
+//! [`RISKY_VARIABLES`] check, which only sees assignments the parser recognises.
+
+use std::collections::HashSet;
+use std::io::BufReader;
+
+use brush_parser::ast::{
+    self, AssignmentName, AssignmentValue, Command, CommandPrefixOrSuffixItem as Item,
+    CompoundCommand as Compound, ExtendedTestExpr as Test, IoFileRedirectTarget as Target,
+    IoRedirect,
+};
+use brush_parser::word::{self, Parameter, ParameterExpr, ParameterTransformOp, WordPiece};
+use brush_parser::{Parser, ParserOptions, Token, tokenize_str_with_options};
+
+/// Why a command line was refused by the parser-based check.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommandParseError {
+    /// The line (or a nested substitution) is not valid shell syntax for brush.
+    #[error("cannot parse the command line: {0}")]
+    Syntax(String),
+    /// The line is valid, but what it runs depends on run-time values.
+    #[error("cannot tell which program runs: {0}")]
+    Dynamic(String),
+}
+
+/// Longest accepted line; bounds parse time and the opener count below.
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+
+/// Most nesting openers (`(`, `{`, `[`, backquote, `!`, compound keywords) accepted
+/// in one line, counted regardless of quoting.
+pub const MAX_OPENERS: usize = 512;
+
+/// Stack for the parser thread. brush-parser 0.4.0 recurses once per nesting level
+/// and uses about 17 KiB per level in a debug build (120 nested `{ …; }` overflow a
+/// 2 MiB stack, aborting the process), so 512 levels need about 9 MiB; 64 MiB leaves
+/// room for our own recursion. Only touched pages are committed.
+const PARSER_STACK_BYTES: usize = 64 * 1024 * 1024;
+
+/// Keywords that open a nesting level in brush's grammar.
+const NESTING_KEYWORDS: &[&str] = &[
+    "if", "elif", "while", "until", "for", "case", "select", "function", "coproc",
+];
+
+/// Variables whose assignment changes which binary an allowed name runs, or makes
+/// the shell or the loader run extra code.
+pub const RISKY_VARIABLES: &[&str] = &[
+    "PATH",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LD_AUDIT",
+    "BASH_ENV",
+    "ENV",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PS4",
+    "PROMPT_COMMAND",
+    "EXECIGNORE",
+];
+
+/// Result of one step of the walk; the error aborts the whole check.
+type Step = Result<(), CommandParseError>;
+
+/// Shorthand for a [`CommandParseError::Syntax`] refusal.
+fn syntax(why: impl ToString) -> CommandParseError {
+    CommandParseError::Syntax(why.to_string())
+}
+
+/// Shorthand for a [`CommandParseError::Dynamic`] refusal.
+fn dynamic(why: impl ToString) -> CommandParseError {
+    CommandParseError::Dynamic(why.to_string())
+}
+
+/// Program names of every simple command in `line`, in source order of first
+/// appearance with duplicates removed.
+pub fn program_names(line: &str) -> Result<Vec<String>, CommandParseError> {
+    if line.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    if line.len() > MAX_LINE_BYTES {
+        return Err(syntax(format!("line longer than {MAX_LINE_BYTES} bytes")));
+    }
+    if opener_count(line) > MAX_OPENERS {
+        return Err(syntax(format!("more than {MAX_OPENERS} nesting openers")));
+    }
+    if has_overflowing_number(line) {
+        return Err(syntax("number too large for a file descriptor or `~N`"));
+    }
+    // A dedicated thread gives brush a known stack whatever thread calls us, and
+    // turns a parser panic into a refusal instead of unwinding into the caller.
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("command-names".into())
+            .stack_size(PARSER_STACK_BYTES)
+            .spawn_scoped(scope, || collect(line))
+            .map_err(|e| syntax(format!("cannot start the parser: {e}")))?
+            .join()
+            .map_err(|_| syntax("the parser panicked"))?
+    })
+}
+
+/// Walks `line` and removes repeated names, keeping the first occurrence.
+fn collect(line: &str) -> Result<Vec<String>, CommandParseError> {
+    let mut walker = Walker {
+        options: ParserOptions::default(),
+        names: Vec::new(),
+    };
+    walker.source(line)?;
+    let mut seen = HashSet::new();
+    walker.names.retain(|name| seen.insert(name.clone()));
+    Ok(walker.names)
+}
+
+/// Upper bound on how deeply brush (and this walk) will recurse for `line`.
+///
+/// Counts every character or keyword that can open a nesting level (`(`, `{`, `[`,
+/// backquote, `!` which nests in `[[ ! ! x ]]`, and compound keywords), ignoring
+/// quotes and closers on purpose: a scanner that tried to skip quoted text could be
+/// fooled (`#` comments, here-documents), and over-counting merely refuses an odd line.
+fn opener_count(line: &str) -> usize {
+    let symbols = line.matches(['(', '{', '[', '`', '!']).count();
+    let keywords = line
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .filter(|w| NESTING_KEYWORDS.contains(w))
+        .count();
+    symbols + keywords
+}
+
+/// True if `line` has a number that brush-parser 0.4.0 would parse with `unwrap()`
+/// and panic on: a redirection fd (`99999999999>x`) or a directory-stack tilde
+/// (`~99999999999999999999`). Ten digits or more are refused, whatever the quoting;
+/// the parser thread would also catch the panic, but not under `panic = "abort"`.
+fn has_overflowing_number(line: &str) -> bool {
+    let bytes = line.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let start = i;
+        while bytes.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        if i == start {
+            i += 1;
+            continue;
+        }
+        let before = &line[..start];
+        let tilde = before.ends_with('~') || before.ends_with("~+") || before.ends_with("~-");
+        let redirect = matches!(bytes.get(i), Some(b'<' | b'>'));
+        if i - start > 9 && (tilde || redirect) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Collects program names while walking the AST of one line and its substitutions.
+struct Walker {
+    /// Parser options shared by the program parser and the word parser.
+    options: ParserOptions,
+    /// Names in the order found, duplicates included (removed by the caller).
+    names: Vec<String>,
+}
+
+impl Walker {
+    /// Parses `src` as a complete program (the line itself or a substitution body).
+    fn source(&mut self, src: &str) -> Step {
+        let mut parser = Parser::new(BufReader::new(src.as_bytes()), &self.options);
+        let program = parser.parse_program().map_err(syntax)?;
+        program
+            .complete_commands
+            .iter()
+            .try_for_each(|list| self.list(list))
+    }
+
+    /// Walks `a; b & c && d || e | f` and newline-separated items.
+    fn list(&mut self, list: &ast::CompoundList) -> Step {
+        for ast::CompoundListItem(and_or, _separator) in &list.0 {
+            for (_operator, pipeline) in and_or.iter() {
+                pipeline.seq.iter().try_for_each(|cmd| self.command(cmd))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Walks one element of a pipeline.
+    fn command(&mut self, command: &Command) -> Step {
+        let redirects = match command {
+            Command::Simple(simple) => return self.simple(simple),
+            Command::Compound(compound, redirects) => {
+                self.compound(compound)?;
+                redirects
+            }
+            // The body runs whenever the function is called, possibly later on the
+            // same line, so it is always inspected.
+            Command::Function(def) => {
+                self.word(&def.fname)?;
+                self.compound(&def.body.0)?;
+                &def.body.1
+            }
+            Command::ExtendedTest(test, redirects) => {
+                self.extended_test(&test.expr)?;
+                redirects
+            }
+        };
+        redirects
+            .iter()
+            .flat_map(|list| &list.0)
+            .try_for_each(|r| self.redirect(r))
+    }
+
+    /// Walks compound commands; their conditions and bodies are ordinary lists.
+    fn compound(&mut self, compound: &Compound) -> Step {
+        match compound {
+            Compound::Arithmetic(arith) => check_arithmetic(&arith.expr.value),
+            Compound::ArithmeticForClause(clause) => {
+                let parts = [&clause.initializer, &clause.condition, &clause.updater];
+                for expr in parts.into_iter().flatten() {
+                    check_arithmetic(&expr.value)?;
+                }
+                self.list(&clause.body.list)
+            }
+            Compound::BraceGroup(group) => self.list(&group.list),
+            Compound::Subshell(subshell) => self.list(&subshell.list),
+            Compound::ForClause(clause) => {
+                check_assigned(&clause.variable_name)?;
+                clause
+                    .values
+                    .iter()
+                    .flatten()
+                    .try_for_each(|w| self.word(w))?;
+                self.list(&clause.body.list)
+            }
+            Compound::CaseClause(clause) => {
+                self.word(&clause.value)?;
+                for item in &clause.cases {
+                    item.patterns.iter().try_for_each(|w| self.word(w))?;
+                    item.cmd.iter().try_for_each(|list| self.list(list))?;
+                }
+                Ok(())
+            }
+            Compound::IfClause(clause) => {
+                self.list(&clause.condition)?;
+                self.list(&clause.then)?;
+                for branch in clause.elses.iter().flatten() {
+                    branch.condition.iter().try_for_each(|c| self.list(c))?;
+                    self.list(&branch.body)?;
+                }
+                Ok(())
+            }
+            Compound::WhileClause(clause) | Compound::UntilClause(clause) => {
+                self.list(&clause.0)?;
+                self.list(&clause.1.list)
+            }
+            Compound::Coprocess(coproc) => {
+                if let Some(name) = &coproc.name {
+                    self.word(name)?;
+                    check_assigned(&name.value)?;
+                }
+                self.command(&coproc.body)
+            }
+        }
+    }
+
+    /// Records the program of a simple command and inspects all its other parts.
+    fn simple(&mut self, simple: &ast::SimpleCommand) -> Step {
+        // Prefix items are expanded before the command word, suffix items after.
+        for item in simple.prefix.iter().flat_map(|p| &p.0) {
+            self.item(item)?;
+        }
+        if let Some(program) = &simple.word_or_name {
+            self.word(program)?;
+            self.names
+                .push(literal_program(&program.value, &self.options)?);
+        }
+        simple
+            .suffix
+            .iter()
+            .flat_map(|s| &s.0)
+            .try_for_each(|item| self.item(item))
+    }
+
+    /// Inspects one prefix or suffix item of a simple command.
+    fn item(&mut self, item: &Item) -> Step {
+        match item {
+            Item::IoRedirect(redirect) => self.redirect(redirect),
+            Item::Word(w) => self.word(w),
+            // The raw word repeats the assignment; the parsed form separates the
+            // array subscript (arithmetic) from the values (words).
+            Item::AssignmentWord(assignment, _raw) => self.assignment(assignment),
+            Item::ProcessSubstitution(_kind, subshell) => self.list(&subshell.list),
+        }
+    }
+
+    /// Inspects `NAME=value`, `NAME[i]=value` and `NAME=(a [i]=b)`.
+    fn assignment(&mut self, assignment: &ast::Assignment) -> Step {
+        let name = match &assignment.name {
+            AssignmentName::VariableName(name) => name,
+            AssignmentName::ArrayElementName(name, index) => {
+                check_arithmetic(index)?;
+                name
+            }
+        };
+        check_assigned(name)?;
+        match &assignment.value {
+            AssignmentValue::Scalar(value) => self.word(value),
+            AssignmentValue::Array(elements) => {
+                for (index, value) in elements {
+                    // `a=([i]=v)` evaluates `i` as arithmetic, like `a[i]=v`.
+                    index.iter().try_for_each(|i| check_arithmetic(&i.value))?;
+                    self.word(value)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Inspects a redirection target, here-string, here-document or `<(…)`.
+    fn redirect(&mut self, redirect: &IoRedirect) -> Step {
+        match redirect {
+            IoRedirect::File(_, _, Target::Filename(w) | Target::Duplicate(w))
+            | IoRedirect::HereString(_, w)
+            | IoRedirect::OutputAndError(w, _) => self.word(w),
+            IoRedirect::File(_, _, Target::Fd(_)) => Ok(()),
+            IoRedirect::File(_, _, Target::ProcessSubstitution(_, subshell)) => {
+                self.list(&subshell.list)
+            }
+            IoRedirect::HereDocument(_fd, doc) => {
+                // bash expands the body unless any part of the delimiter is quoted;
+                // checking the delimiter ourselves guards against a wrong flag.
+                let quoted = doc.here_end.value.contains(['\'', '"', '\\']);
+                if !doc.requires_expansion && quoted {
+                    return Ok(());
+                }
+                self.heredoc(&doc.doc.value)
+            }
+        }
+    }
+
+    /// Inspects the expansions of an unquoted here-document body.
+    ///
+    /// brush's `word::parse_heredoc` backtracks exponentially on unbalanced input,
+    /// which its tokenizer never checks in a body (`$((` eight times takes 14 s,
+    /// `${a[` four times 1.6 s). So [`heredoc_expansions`] cuts the body into its
+    /// top-level expansions in linear time, and brush's tokenizer must read them
+    /// back as exactly those words before they are parsed; otherwise we refuse.
+    fn heredoc(&mut self, body: &str) -> Step {
+        let expansions = heredoc_expansions(body)?;
+        let joined = expansions.join(" ");
+        let tokens = tokenize_str_with_options(&joined, &self.options.tokenizer_options())
+            .map_err(|e| syntax(format!("here-document: {e}")))?;
+        let words = tokens.iter().map(|t| match t {
+            Token::Word(w, _) => Some(w.as_str()),
+            Token::Operator(..) => None,
+        });
+        if !words.eq(expansions.iter().map(|e| Some(*e))) {
+            return Err(syntax("here-document expansions could not be isolated"));
+        }
+        expansions
+            .into_iter()
+            .try_for_each(|e| self.word(&ast::Word::new(e)))
+    }
+
+    /// Walks `[[ … ]]`, whose operands are words and some operators arithmetic.
+    fn extended_test(&mut self, expr: &Test) -> Step {
+        match expr {
+            Test::And(l, r) | Test::Or(l, r) => {
+                self.extended_test(l)?;
+                self.extended_test(r)
+            }
+            Test::Not(e) | Test::Parenthesized(e) => self.extended_test(e),
+            Test::UnaryTest(predicate, operand) => {
+                self.word(operand)?;
+                // `-v a[$i]` and `-R` evaluate a subscript, like arithmetic does.
+                let by_name = matches!(predicate.to_string().as_str(), "-v" | "-R");
+                if by_name && !is_identifier(&operand.value) {
+                    return Err(dynamic(format!(
+                        "`-v {}` evaluates a subscript",
+                        operand.value
+                    )));
+                }
+                Ok(())
+            }
+            Test::BinaryTest(predicate, left, right) => {
+                self.word(left)?;
+                self.word(right)?;
+                let op = predicate.to_string();
+                if matches!(op.as_str(), "-eq" | "-ne" | "-lt" | "-le" | "-gt" | "-ge") {
+                    check_arithmetic(&left.value)?;
+                    check_arithmetic(&right.value)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Finds every command substitution inside a word from the tokenizer.
+    fn word(&mut self, w: &ast::Word) -> Step {
+        let pieces = word::parse(&w.value, &self.options).map_err(syntax)?;
+        check_tokenized(&w.value, &pieces)?;
+        self.pieces(&pieces)
+    }
+
+    /// Like [`Walker::word`], for word text that brush keeps as a plain string
+    /// (parameter-expansion defaults, patterns and replacements), where blanks are
+    /// legitimately unquoted.
+    fn word_text(&mut self, text: &str) -> Step {
+        let pieces = word::parse(text, &self.options).map_err(syntax)?;
+        self.pieces(&pieces)
+    }
+
+    /// Walks parsed word pieces, recursing into quotes, expansions and substitutions.
+    fn pieces(&mut self, pieces: &[word::WordPieceWithSource]) -> Step {
+        for piece in pieces {
+            match &piece.piece {
+                WordPiece::Text(_)
+                | WordPiece::SingleQuotedText(_)
+                | WordPiece::AnsiCQuotedText(_)
+                | WordPiece::EscapeSequence(_)
+                | WordPiece::TildeExpansion(_) => {}
+                WordPiece::DoubleQuotedSequence(inner)
+                | WordPiece::GettextDoubleQuotedSequence(inner) => self.pieces(inner)?,
+                WordPiece::ParameterExpansion(expr) => self.parameter(expr)?,
+                WordPiece::CommandSubstitution(body) => self.source(body)?,
+                // bash unescapes `\$`, `\\` and `` \` `` inside backquotes before
+                // parsing, brush only `` \` ``: `` `echo \$(rm x)` `` runs `rm`.
+                WordPiece::BackquotedCommandSubstitution(body) if body.contains('\\') => {
+                    return Err(dynamic("backslash inside backquotes; use $(…) instead"));
+                }
+                WordPiece::BackquotedCommandSubstitution(body) => self.source(body)?,
+                WordPiece::ArithmeticExpression(expr) => check_arithmetic(&expr.value)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Inspects `${…}`: refuses forms that evaluate values as code and walks the
+    /// word operands (defaults, patterns, replacements) for substitutions.
+    fn parameter(&mut self, expr: &ParameterExpr) -> Step {
+        use ParameterExpr as P;
+        // Kept one variant per line; rustfmt would spread each pattern over five.
+        #[rustfmt::skip]
+        let (parameter, indirect) = match expr {
+            P::Parameter { parameter, indirect }
+            | P::ParameterLength { parameter, indirect }
+            | P::UseDefaultValues { parameter, indirect, .. }
+            | P::AssignDefaultValues { parameter, indirect, .. }
+            | P::IndicateErrorIfNullOrUnset { parameter, indirect, .. }
+            | P::UseAlternativeValue { parameter, indirect, .. }
+            | P::RemoveSmallestSuffixPattern { parameter, indirect, .. }
+            | P::RemoveLargestSuffixPattern { parameter, indirect, .. }
+            | P::RemoveSmallestPrefixPattern { parameter, indirect, .. }
+            | P::RemoveLargestPrefixPattern { parameter, indirect, .. }
+            | P::Substring { parameter, indirect, .. }
+            | P::Transform { parameter, indirect, .. }
+            | P::UppercaseFirstChar { parameter, indirect, .. }
+            | P::UppercasePattern { parameter, indirect, .. }
+            | P::LowercaseFirstChar { parameter, indirect, .. }
+            | P::LowercasePattern { parameter, indirect, .. }
+            | P::ReplaceSubstring { parameter, indirect, .. } => (parameter, *indirect),
+            P::VariableNames { .. } | P::MemberKeys { .. } => return Ok(()),
+        };
+        if indirect {
+            return Err(dynamic("${!…} evaluates a name taken from a value"));
+        }
+        match (parameter, expr) {
+            (Parameter::NamedWithIndex { index, .. }, _) => check_arithmetic(index)?,
+            // `${PATH:=…}` assigns when the variable is unset.
+            (Parameter::Named(name), P::AssignDefaultValues { .. }) => check_assigned(name)?,
+            _ => {}
+        }
+        #[rustfmt::skip]
+        let words: Vec<&String> = match expr {
+            P::UseDefaultValues { default_value: v, .. }
+            | P::AssignDefaultValues { default_value: v, .. }
+            | P::IndicateErrorIfNullOrUnset { error_message: v, .. }
+            | P::UseAlternativeValue { alternative_value: v, .. }
+            | P::RemoveSmallestSuffixPattern { pattern: v, .. }
+            | P::RemoveLargestSuffixPattern { pattern: v, .. }
+            | P::RemoveSmallestPrefixPattern { pattern: v, .. }
+            | P::RemoveLargestPrefixPattern { pattern: v, .. }
+            | P::UppercaseFirstChar { pattern: v, .. }
+            | P::UppercasePattern { pattern: v, .. }
+            | P::LowercaseFirstChar { pattern: v, .. }
+            | P::LowercasePattern { pattern: v, .. } => v.iter().collect(),
+            P::ReplaceSubstring { pattern, replacement, .. } => {
+                std::iter::once(pattern).chain(replacement).collect()
+            }
+            P::Substring { offset, length, .. } => {
+                check_arithmetic(&offset.value)?;
+                length.iter().try_for_each(|l| check_arithmetic(&l.value))?;
+                Vec::new()
+            }
+            P::Transform { op: ParameterTransformOp::PromptExpand, .. } => {
+                return Err(dynamic("${…@P} runs substitutions found in the value"));
+            }
+            _ => Vec::new(),
+        };
+        words.into_iter().try_for_each(|w| self.word_text(w))
+    }
+}
+
+/// Top-level expansions (`$(…)`, `$((…))`, `${…}`, `$[…]`, `` `…` ``) of an
+/// unquoted here-document body, found by a linear scan.
+///
+/// Outside expansions quotes are literal and `\` escapes the next character, as
+/// bash reads a here-document. A wrong guess about an expansion's extent is caught
+/// by the caller, which has brush's tokenizer re-read each one.
+fn heredoc_expansions(body: &str) -> Result<Vec<&str>, CommandParseError> {
+    let bytes = body.as_bytes();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while let Some(&c) = bytes.get(i) {
+        match (c, bytes.get(i + 1)) {
+            (b'\\', _) => i += 2,
+            (b'`', _) | (b'$', Some(b'(' | b'{' | b'[')) => {
+                let end = expansion_end(body, i)?;
+                found.push(&body[i..end]);
+                i = end;
+            }
+            _ => i += 1,
+        }
+    }
+    Ok(found)
+}
+
+/// End (exclusive) of the expansion starting at `start`, following quotes,
+/// comments and nesting only as far as needed to find its closer. Here-documents
+/// nested inside are refused. Only ASCII positions are ever sliced.
+fn expansion_end(body: &str, start: usize) -> Result<usize, CommandParseError> {
+    let unbalanced = || syntax("unbalanced expansion in here-document");
+    let bytes = body.as_bytes();
+    // Closers still expected, innermost last: `)` marks shell code, `"` and `` ` ``
+    // quoted spans, `}` a parameter expansion and `]` a `$[…]` arithmetic.
+    let mut stack = Vec::new();
+    let mut i = start;
+    loop {
+        let c = *bytes.get(i).ok_or_else(unbalanced)?;
+        let top = stack.last().copied();
+        let next = bytes.get(i + 1).copied();
+        match c {
+            b'\\' => i += 1,
+            b'`' if top == Some(b'`') => drop(stack.pop()),
+            _ if top == Some(b'`') => {}
+            b'$' if matches!(next, Some(b'(' | b'{' | b'[')) => {
+                stack.push(match next {
+                    Some(b'(') => b')',
+                    Some(b'{') => b'}',
+                    _ => b']',
+                });
+                i += 1;
+            }
+            b'`' => stack.push(c),
+            b'"' if top == Some(b'"') => drop(stack.pop()),
+            _ if top == Some(b'"') => {}
+            b'"' => stack.push(c),
+            b'\'' => i += body[i + 1..].find('\'').ok_or_else(unbalanced)? + 1,
+            b'(' if top == Some(b')') => stack.push(b')'),
+            b'[' if top == Some(b']') => stack.push(b']'),
+            b'#' if top == Some(b')') && bytes.get(i - 1).is_some_and(u8::is_ascii_whitespace) => {
+                i += body[i..].find('\n').ok_or_else(unbalanced)?;
+            }
+            b'<' if top == Some(b')') && next == Some(b'<') => {
+                if bytes.get(i + 2) != Some(&b'<') {
+                    return Err(syntax("here-document inside a here-document expansion"));
+                }
+                i += 2; // a here-string `<<<`
+            }
+            _ if Some(c) == top => drop(stack.pop()),
+            _ => {}
+        }
+        i += 1;
+        if stack.is_empty() {
+            return Ok(i);
+        }
+    }
+}
+
+/// Quote-removed text of a command word, refused if any part of it is expanded.
+fn literal_program(raw: &str, options: &ParserOptions) -> Result<String, CommandParseError> {
+    let refuse = |what: &str| dynamic(format!("`{raw}` {what}"));
+    let pieces = word::parse(raw, options).map_err(syntax)?;
+    let mut name = String::new();
+    for piece in &pieces {
+        match &piece.piece {
+            // Pathname, brace and extglob expansion act on unquoted text only.
+            // A lone `[` stays literal in bash (the `[` command), `[…]` globs.
+            WordPiece::Text(text)
+                if text.contains(['*', '?', '{', '}', '(', ')'])
+                    || (raw.contains('[') && raw.contains(']')) =>
+            {
+                return Err(refuse("is a pattern"));
+            }
+            WordPiece::Text(text) | WordPiece::SingleQuotedText(text) => name.push_str(text),
+            WordPiece::AnsiCQuotedText(text) if !text.contains('\\') => name.push_str(text),
+            WordPiece::EscapeSequence(escape) => name.extend(escape.chars().skip(1)),
+            WordPiece::DoubleQuotedSequence(inner)
+            | WordPiece::GettextDoubleQuotedSequence(inner) => {
+                for piece in inner {
+                    match &piece.piece {
+                        WordPiece::Text(text) => name.push_str(text),
+                        WordPiece::EscapeSequence(escape) => name.extend(escape.chars().skip(1)),
+                        _ => return Err(refuse("contains an expansion")),
+                    }
+                }
+            }
+            WordPiece::TildeExpansion(_) => return Err(refuse("depends on $HOME")),
+            _ => return Err(refuse("contains an expansion")),
+        }
+    }
+    Ok(name)
+}
+
+/// Refuses a word whose unquoted text contains blanks, which a correct tokenizer
+/// never produces: brush 0.4.0 mangles a here-document inside `$(…)` followed by a
+/// multi-line quote (`echo $(cat <<EOF 'a⏎b'; rm x)⏎…`) into words like ` rm`.
+fn check_tokenized(raw: &str, pieces: &[word::WordPieceWithSource]) -> Step {
+    let blank = |p: &word::WordPieceWithSource| matches!(&p.piece, WordPiece::Text(text) if text.contains([' ', '\t', '\n']));
+    if pieces.iter().any(blank) {
+        return Err(syntax(format!("the parser split `{raw}` inconsistently")));
+    }
+    Ok(())
+}
+
+/// Accepts arithmetic made only of number literals and operators.
+///
+/// Any name is refused: bash evaluates a variable's value as arithmetic again, and
+/// a value like `a[$(rm x)]` runs the substitution (`x='a[$(id)]'; echo $((x))`).
+fn check_arithmetic(text: &str) -> Step {
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            // Literals such as `42`, `0x1f`, `2#101` or `64#@_`.
+            let digit = |n: &char| n.is_ascii_alphanumeric() || matches!(n, '#' | '@' | '_');
+            while chars.next_if(digit).is_some() {}
+        } else if !(c.is_ascii_whitespace() || "+-*/%<>=!~&|^?:,()".contains(c)) {
+            return Err(dynamic(format!(
+                "arithmetic `{text}` uses variables or expansions, whose values can run commands"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses assigning a variable from [`RISKY_VARIABLES`] (by `=`, `for`, `coproc`
+/// or `${…:=…}`).
+fn check_assigned(name: &str) -> Step {
+    if RISKY_VARIABLES.contains(&name) {
+        return Err(dynamic(format!(
+            "assigning {name} changes what programs run"
+        )));
+    }
+    Ok(())
+}
+
+/// True for a plain shell variable name.
+fn is_identifier(text: &str) -> bool {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Names of an accepted line; fails the test on refusal.
+    fn names(line: &str) -> Vec<String> {
+        program_names(line).unwrap_or_else(|e| panic!("{line:?} refused: {e}"))
+    }
+
+    /// Asserts that `line` yields exactly `expected`.
+    fn check(line: &str, expected: &[&str]) {
+        assert_eq!(names(line), expected, "for {line:?}");
+    }
+
+    /// Asserts that `line` is refused as dynamic.
+    fn refused_dynamic(line: &str) {
+        let result = program_names(line);
+        assert!(
+            matches!(result, Err(CommandParseError::Dynamic(_))),
+            "{line:?} gave {result:?}"
+        );
+    }
+
+    /// Asserts that `line` is refused as a syntax error.
+    fn refused_syntax(line: &str) {
+        let result = program_names(line);
+        assert!(
+            matches!(result, Err(CommandParseError::Syntax(_))),
+            "{line:?} gave {result:?}"
+        );
+    }
+
+    #[test]
+    fn empty_lines_have_no_programs() {
+        check("", &[]);
+        check("   \t\n  ", &[]);
+        check("# only a comment", &[]);
+    }
+
+    #[test]
+    fn lists_and_pipelines() {
+        check("ls -la", &["ls"]);
+        check(
+            "a; b && c || d | e & f\ng",
+            &["a", "b", "c", "d", "e", "f", "g"],
+        );
+        check("a |& b", &["a", "b"]);
+        check("time ls; ! grep x", &["ls", "grep"]);
+        check("ls # ; rm -rf /", &["ls"]);
+    }
+
+    #[test]
+    fn duplicates_are_removed_in_first_seen_order() {
+        check("ls; pwd; ls; pwd", &["ls", "pwd"]);
+    }
+
+    #[test]
+    fn quotes_are_removed_from_the_program() {
+        check("'ls' -l", &["ls"]);
+        check("\"ls\" -l", &["ls"]);
+        check(r"l\s", &["ls"]);
+        check("l's'", &["ls"]);
+        check("l\\\ns", &["ls"]);
+        check("$'ls'", &["ls"]);
+        check("'my prog' x", &["my prog"]);
+        check("g++ -o x x.c", &["g++"]);
+    }
+
+    #[test]
+    fn paths_are_kept_as_written() {
+        check("/bin/rm -rf x", &["/bin/rm"]);
+        check("./build.sh && ../x", &["./build.sh", "../x"]);
+    }
+
+    #[test]
+    fn wrappers_and_builtins_are_not_looked_through() {
+        check(
+            "env rm; sudo rm; xargs rm; eval 'rm x'; exec rm; command rm; builtin cd; nohup rm",
+            &[
+                "env", "sudo", "xargs", "eval", "exec", "command", "builtin", "nohup",
+            ],
+        );
+        check("[ -f x ] && echo yes", &["[", "echo"]);
+    }
+
+    #[test]
+    fn compound_commands() {
+        check("(cd x && make)", &["cd", "make"]);
+        check("{ ls; pwd; }", &["ls", "pwd"]);
+        check(
+            "if a; then b; elif c; then d; else e; fi",
+            &["a", "b", "c", "d", "e"],
+        );
+        check(
+            "while a; do b; done; until c; do d; done",
+            &["a", "b", "c", "d"],
+        );
+        check("for f in $(ls); do cat \"$f\"; done", &["ls", "cat"]);
+        check(
+            "case $(uname) in Linux) echo l;; *) rm x;; esac",
+            &["uname", "echo", "rm"],
+        );
+        check("case x in $(rm y)) ;; esac", &["rm"]);
+        check("coproc ls; coproc w { rm x; }", &["ls", "rm"]);
+        check("{ ls; } > $(rm x)", &["ls", "rm"]);
+    }
+
+    #[test]
+    fn function_bodies_count_even_if_never_called() {
+        check("f() { rm x; }; f", &["rm", "f"]);
+        check("function g { ls; }", &["ls"]);
+        check("h() ( pwd ) > $(rm x)", &["pwd", "rm"]);
+    }
+
+    #[test]
+    fn command_substitutions_in_arguments() {
+        check("echo $(rm x)", &["echo", "rm"]);
+        check("echo `rm x`", &["echo", "rm"]);
+        check("echo $(echo $(rm x))", &["echo", "rm"]);
+        check("echo \"$(echo \"$(rm x)\")\"", &["echo", "rm"]);
+        check("echo \"a $(rm x) b\"", &["echo", "rm"]);
+        check("echo \"`rm x`\"", &["echo", "rm"]);
+        check("echo $'a' $\"$(rm x)\"", &["echo", "rm"]);
+        check("echo $(echo a # )\nrm x)", &["echo", "rm"]);
+    }
+
+    #[test]
+    fn substitutions_in_parameter_expansions() {
+        check("echo ${X:-$(rm x)}", &["echo", "rm"]);
+        check("echo \"${X:+\"$(rm x)\"}\"", &["echo", "rm"]);
+        check("echo ${X:=`rm x`} ${X:?$(ls)}", &["echo", "rm", "ls"]);
+        check("echo ${X#$(rm x)} ${X%%$(ls)}", &["echo", "rm", "ls"]);
+        check("echo ${X/a/$(rm x)} ${X//$(ls)}", &["echo", "rm", "ls"]);
+        check("echo ${X^^$(rm x)}", &["echo", "rm"]);
+        check("echo ${a[0]} ${x:1:2} ${#x} ${x@Q} ${!pre*}", &["echo"]);
+    }
+
+    #[test]
+    fn substitutions_in_assignments() {
+        check("A=$(rm x) ls", &["rm", "ls"]);
+        check("A=$(rm x)", &["rm"]);
+        check("A=1 B=2", &[]);
+        check("a=(x $(rm y))", &["rm"]);
+        check("export A=$(rm x)", &["export", "rm"]);
+        check("a[1]=x", &[]);
+    }
+
+    #[test]
+    fn substitutions_in_redirections() {
+        check("ls > $(rm x)", &["ls", "rm"]);
+        check("ls 2>&1 >\"$(rm x)\"", &["ls", "rm"]);
+        check("ls &> `rm x`", &["ls", "rm"]);
+        check("cat <<< \"$(rm x)\"", &["cat", "rm"]);
+        check("> $(rm x)", &["rm"]);
+    }
+
+    #[test]
+    fn process_substitutions() {
+        check("diff <(ls a) <(rm b)", &["diff", "ls", "rm"]);
+        check("tee >(rm x)", &["tee", "rm"]);
+        check("ls > >(rm x)", &["ls", "rm"]);
+        check("cat < <(rm x)", &["cat", "rm"]);
+        check("echo a<(rm x)", &["echo", "rm"]);
+    }
+
+    #[test]
+    fn here_documents() {
+        check("cat <<EOF\n$(rm x)\nEOF", &["cat", "rm"]);
+        check("cat <<EOF\n`rm x`\nEOF", &["cat", "rm"]);
+        check("cat <<-EOF\n\t${X:-$(rm x)}\n\tEOF", &["cat", "rm"]);
+        check(
+            "cat <<EOF; ls\n$(rm x)\nEOF\npwd",
+            &["cat", "rm", "ls", "pwd"],
+        );
+        check("cat <<EOF\n\\\\$(rm x)\nEOF", &["cat", "rm"]);
+        check("cat <<EOF\n'$(rm x)' \"$(ls)\"\nEOF", &["cat", "rm", "ls"]);
+        check(
+            "cat <<EOF\n$(echo \")\"; rm x)\nEOF",
+            &["cat", "echo", "rm"],
+        );
+        check(
+            "cat <<EOF\nit's $HOME (and \\$(not) this) $((1+2))\nEOF",
+            &["cat"],
+        );
+        // Any quoting of the delimiter turns expansion off.
+        check("cat <<'EOF'\n$(rm x)\nEOF", &["cat"]);
+        check("cat <<\"EOF\"\n$(rm x)\nEOF", &["cat"]);
+        check("cat <<\\EOF\n$(rm x)\nEOF", &["cat"]);
+        check("cat <<E'O'F\n$(rm x)\nEOF", &["cat"]);
+    }
+
+    #[test]
+    fn here_documents_that_cannot_be_isolated_are_refused() {
+        refused_syntax("cat <<EOF\n$(\nEOF");
+        refused_syntax("cat <<EOF\n$(cat <<X\nhi\nX\n)\nEOF");
+        refused_syntax("cat <<EOF\n$(case x in a) rm;; esac)\nEOF");
+        refused_dynamic("cat <<EOF\n${a[i]}\nEOF");
+    }
+
+    #[test]
+    fn here_document_backtracking_is_bounded() {
+        // Each of these took seconds to minutes in `word::parse_heredoc`.
+        for body in ["$((", "$(", "${a[", "$(((", "$(x "] {
+            let line = format!("cat <<EOF\n{}\nEOF\n", body.repeat(12));
+            let start = std::time::Instant::now();
+            assert!(program_names(&line).is_err(), "{line:?}");
+            assert!(start.elapsed().as_secs() < 2, "{line:?} is slow");
+        }
+    }
+
+    #[test]
+    fn arithmetic_is_only_accepted_with_literals() {
+        check("echo $((1+2)) $[3*4] $((16#ff << 2))", &["echo"]);
+        check("(( 1 + 2 )); [[ 1 -eq 1 ]]", &[]);
+        refused_dynamic("echo $(( $(rm x) ))");
+        refused_dynamic("echo $((i+1))");
+        refused_dynamic("echo $(( $x ))");
+        refused_dynamic("for ((i=0;i<3;i++)); do ls; done");
+        refused_dynamic("(( x ))");
+        refused_dynamic("[[ $x -eq 1 ]]");
+        refused_dynamic("echo ${a[i]} ");
+        refused_dynamic("echo ${a[$(rm x)]}");
+        refused_dynamic("echo ${x:i}");
+        refused_dynamic("a[$(rm y)]=x");
+        refused_dynamic("a[i]=x");
+        refused_dynamic("a=([i]=1)");
+    }
+
+    #[test]
+    fn code_evaluating_expansions_are_refused() {
+        refused_dynamic("echo ${!x}");
+        refused_dynamic("echo ${x@P}");
+        refused_dynamic("[[ -v a[$(rm x)] ]]");
+        refused_dynamic("[[ -v $x ]]");
+        check("[[ -v x && -n $(rm y) ]]", &["rm"]);
+        check("[[ x =~ $(rm y) ]]", &["rm"]);
+    }
+
+    #[test]
+    fn dynamic_program_words_are_refused() {
+        for line in [
+            "$CMD",
+            "${CMD} x",
+            "\"$X\"",
+            "$(echo ls)",
+            "`echo ls`",
+            "$((1))",
+            "l*",
+            "l?",
+            "[l]s",
+            "{ls,rm}",
+            "@(ls|rm)",
+            "~/bin/x",
+            "$'\\x6c\\x73'",
+            "ls; $CMD",
+            "echo $(a=1; $b)",
+        ] {
+            refused_dynamic(line);
+        }
+    }
+
+    #[test]
+    fn backslashes_inside_backquotes_are_refused() {
+        // bash runs `rm` here because it unescapes `\$` inside backquotes.
+        refused_dynamic("echo `echo \\$(rm x)`");
+        check("echo `echo \\`rm x\\``", &["echo", "rm"]);
+    }
+
+    #[test]
+    fn assignments_that_change_lookup_are_refused() {
+        for line in [
+            "PATH=/tmp ls",
+            "PATH+=:/tmp; ls",
+            "LD_PRELOAD=x.so ls",
+            "BASH_ENV=x bash",
+            "export PATH=/x",
+            "for PATH in /tmp; do ls; done",
+            ": ${PATH:=/tmp}",
+            "PATH[0]=/tmp",
+        ] {
+            refused_dynamic(line);
+        }
+        check("MYPATH=/tmp ls", &["ls"]);
+    }
+
+    #[test]
+    fn syntax_errors_are_refused() {
+        for line in [
+            "echo 'unterminated",
+            "echo \"x",
+            "ls &&",
+            "(",
+            "if true; then",
+            "echo $(",
+            "echo $(ls",
+            "echo `ls",
+            "case x in",
+            "ls |",
+            "select x in a b; do rm; done",
+            "echo $(case a in a) ls;; esac)",
+        ] {
+            refused_syntax(line);
+        }
+    }
+
+    #[test]
+    fn mangled_tokens_are_refused() {
+        // brush 0.4.0 tokenizes this into words ` rm` and ` ls` with a leading blank.
+        refused_syntax("echo $(cat <<EOF 'a\nb'; rm x; ls)\nline\nEOF");
+    }
+
+    #[test]
+    fn size_limits() {
+        refused_syntax(&"ls;".repeat(MAX_LINE_BYTES));
+        refused_syntax(&format!(
+            "{}ls{}",
+            "{ ".repeat(MAX_OPENERS + 1),
+            "; }".repeat(MAX_OPENERS + 1)
+        ));
+        refused_syntax(&format!("[[ {} x ]]", "! ".repeat(MAX_OPENERS + 1)));
+        // Well inside the limits: nesting that overflows a 2 MiB stack in brush.
+        let deep = format!("{}ls{}", "{ ".repeat(200), "; }".repeat(200));
+        check(&deep, &["ls"]);
+        let deep = format!("{}rm x{}", "echo $(".repeat(150), ")".repeat(150));
+        check(&deep, &["echo", "rm"]);
+    }
+
+    #[test]
+    fn numbers_that_panic_brush_are_refused() {
+        refused_syntax("echo ~99999999999999999999999");
+        refused_syntax("echo ~+99999999999999999999999 ~-1");
+        refused_syntax("ls 99999999999>out");
+        check("echo 12345678901234567890 ~1 ~+2 2>x", &["echo"]);
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        const PIECES: &[&str] = &[
+            "$(",
+            ")",
+            "`",
+            "'",
+            "\"",
+            "\\",
+            "${",
+            "}",
+            "{",
+            "(",
+            "((",
+            "))",
+            "[[",
+            "]]",
+            "<<",
+            "EOF",
+            "\n",
+            ";",
+            "&",
+            "|",
+            "<(",
+            ">(",
+            "$((",
+            "case",
+            " in ",
+            "esac",
+            ";;",
+            "if ",
+            "then",
+            "fi",
+            "for ",
+            "do",
+            "done",
+            "a",
+            "ls",
+            " ",
+            "$'",
+            "$\"",
+            "#",
+            "!",
+            "@(",
+            "*",
+            "[",
+            "]",
+            "~",
+            "=",
+            "a=",
+            "[@]",
+            ":-",
+            ":=",
+            "%",
+            "/",
+            "^",
+            ",",
+            "@P",
+            "\0",
+            "\u{7f}",
+            "é",
+            "\u{1F980}",
+            "\t",
+            "<<-",
+            "<<<",
+            ">&",
+            "&>",
+            "|&",
+            "coproc ",
+            "function ",
+            "time ",
+            "$[",
+            "\\\n",
+            "\u{FFFD}",
+            "\r",
+            "\u{202E}",
+        ];
+        // xorshift64: deterministic, no dependency.
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..400 {
+            let mut line = String::new();
+            for _ in 0..next() % 24 {
+                let index = usize::try_from(next() % PIECES.len() as u64).expect("small");
+                line.push_str(PIECES[index]);
+            }
+            // Also bytes from the whole char range, lossily as a daemon would decode.
+            let bytes: Vec<u8> = (0..next() % 8).map(|_| next().to_le_bytes()[0]).collect();
+            line.push_str(&String::from_utf8_lossy(&bytes));
+            let _ = program_names(&line);
+            let _ = collect(&line);
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! Managed processes: the handle everyone shares, and the actor that owns each process.
+//!
+//! A [`ManagedProcess`] is the only way anything outside [`actor`] touches a process: it carries
+//! the immutable facts (id, command, cwd, session), the shared [`OutputLog`], a `watch` of the
+//! process's [`ProcState`] and the channels to the actor (controls) and the stdin writer. RPC
+//! handlers read state and output, and send controls; they never signal or wait on anything
+//! themselves, so a client that disconnects mid-call leaves nothing half-done.
+
+pub mod actor;
+pub mod reaper;
+pub mod spawn;
+pub mod tree;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use nix::sys::signal::Signal;
+use tokio::sync::{mpsc, oneshot, watch};
+use yieldshell_proto::errors::ErrorKind;
+use yieldshell_proto::pb;
+
+use crate::output::OutputLog;
+use crate::record::{ProcessRecord, RECORD_FORMAT, RecordBytes};
+use reaper::ExitHow;
+use tree::Identity;
+
+/// Lifecycle status (DESIGN §3 "Statuses").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Spawned and not yet ended.
+    Running,
+    /// The shell exited on its own.
+    Completed,
+    /// Ended by `stop` or by daemon shutdown.
+    Stopped,
+    /// Ended because `timeout_ms` fired.
+    TimedOut,
+    /// The daemon failed while running it.
+    Failed,
+    /// A crashed daemon could not keep it.
+    Lost,
+}
+
+impl Status {
+    /// Record/JSON name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Running => "running",
+            Status::Completed => "completed",
+            Status::Stopped => "stopped",
+            Status::TimedOut => "timed_out",
+            Status::Failed => "failed",
+            Status::Lost => "lost",
+        }
+    }
+
+    /// Parses a record name (`starting` counts as running: it was never confirmed to end).
+    pub fn parse(s: &str) -> Option<Status> {
+        Some(match s {
+            "running" | "starting" => Status::Running,
+            "completed" => Status::Completed,
+            "stopped" => Status::Stopped,
+            "timed_out" => Status::TimedOut,
+            "failed" => Status::Failed,
+            "lost" => Status::Lost,
+            _ => return None,
+        })
+    }
+
+    /// Control-plane value.
+    pub fn to_pb(self) -> pb::ProcessStatus {
+        match self {
+            Status::Running => pb::ProcessStatus::Running,
+            Status::Completed => pb::ProcessStatus::Completed,
+            Status::Stopped => pb::ProcessStatus::Stopped,
+            Status::TimedOut => pb::ProcessStatus::TimedOut,
+            Status::Failed => pb::ProcessStatus::Failed,
+            Status::Lost => pb::ProcessStatus::Lost,
+        }
+    }
+}
+
+/// What the actor publishes about its process.
+#[derive(Debug, Clone)]
+pub struct ProcState {
+    /// Current status.
+    pub status: Status,
+    /// The shell's identity.
+    pub identity: Option<Identity>,
+    /// How the shell ended.
+    pub exit: Option<ExitHow>,
+    /// Wall-clock end.
+    pub ended_at: Option<SystemTime>,
+    /// Run time, fixed once ended.
+    pub duration: Option<Duration>,
+    /// The result is final: the shell has exited and its output is drained (or the grace for
+    /// pipes held by descendants ran out), or a stop/timeout has taken the whole tree down.
+    /// `exec` and `wait` return at this point.
+    pub settled: bool,
+    /// Descendants still running after the shell exited.
+    pub descendants: u32,
+    /// What ended it (`stop`, `timeout`, `daemon_shutdown`).
+    pub ended_by: Option<String>,
+    /// Why it is lost.
+    pub lost_reason: Option<String>,
+}
+
+impl ProcState {
+    fn running(identity: Identity) -> ProcState {
+        ProcState {
+            status: Status::Running,
+            identity: Some(identity),
+            exit: None,
+            ended_at: None,
+            duration: None,
+            settled: false,
+            descendants: 0,
+            ended_by: None,
+            lost_reason: None,
+        }
+    }
+}
+
+/// Why a stop was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// A client called `stop`.
+    Request,
+    /// `timeout_ms` fired.
+    Timeout,
+    /// The daemon is shutting down.
+    Shutdown,
+}
+
+impl StopReason {
+    fn ended_by(self) -> &'static str {
+        match self {
+            StopReason::Request => "stop",
+            StopReason::Timeout => "timeout",
+            StopReason::Shutdown => "daemon_shutdown",
+        }
+    }
+}
+
+/// Result of a stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StopOutcome {
+    /// The tree is gone because of this stop.
+    pub stopped: bool,
+    /// SIGKILL had to be sent.
+    pub escalated: bool,
+}
+
+/// A control for the actor.
+#[derive(Debug)]
+pub enum Control {
+    /// Signal the tree, escalate to SIGKILL after `grace`, reply once it is gone.
+    Stop {
+        /// First signal.
+        signal: Signal,
+        /// Time before SIGKILL.
+        grace: Duration,
+        /// Why.
+        reason: StopReason,
+        /// Answered when the tree is gone (or nothing was running).
+        reply: oneshot::Sender<StopOutcome>,
+    },
+}
+
+/// A request to the stdin writer.
+#[derive(Debug)]
+pub struct StdinWrite {
+    /// Bytes to write.
+    pub data: Vec<u8>,
+    /// Close stdin afterwards.
+    pub eof: bool,
+    /// Bytes written, or why not.
+    pub reply: oneshot::Sender<Result<usize, (ErrorKind, String)>>,
+}
+
+/// A managed process, shared by the registry, the actor and RPC handlers.
+#[derive(Debug)]
+pub struct ManagedProcess {
+    /// Stable id (`proc_…`).
+    pub id: String,
+    /// Session that started it.
+    pub session_id: String,
+    /// Optional human name.
+    pub name: String,
+    /// Command line.
+    pub command: Vec<u8>,
+    /// Resolved working directory.
+    pub cwd: PathBuf,
+    /// Wall-clock start.
+    pub started_at: SystemTime,
+    /// Monotonic start, for durations.
+    pub started: Instant,
+    /// Output log.
+    pub output: Arc<OutputLog>,
+    state: watch::Sender<ProcState>,
+    control: Option<mpsc::Sender<Control>>,
+    stdin: Option<mpsc::Sender<StdinWrite>>,
+}
+
+/// Everything needed to create a [`ManagedProcess`].
+#[derive(Debug)]
+pub struct ProcessFacts {
+    /// Stable id.
+    pub id: String,
+    /// Session that started it.
+    pub session_id: String,
+    /// Optional human name.
+    pub name: String,
+    /// Command line.
+    pub command: Vec<u8>,
+    /// Resolved working directory.
+    pub cwd: PathBuf,
+    /// Wall-clock start.
+    pub started_at: SystemTime,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// `SIGKILL`-style name of a signal number.
+pub fn signal_name(n: i32) -> String {
+    Signal::try_from(n)
+        .map(|s| s.as_str().to_string())
+        .unwrap_or_else(|_| format!("SIG{n}"))
+}
+
+impl ManagedProcess {
+    /// Restores a process from a record of an earlier daemon: ended, with its spooled output.
+    pub fn restored(record: &ProcessRecord, state: ProcState, output: Arc<OutputLog>) -> Self {
+        let started_at = SystemTime::UNIX_EPOCH
+            + Duration::from_millis(u64::try_from(record.started_at_ms).unwrap_or(0));
+        // The monotonic start of another daemon's process is unknowable; durations of restored
+        // processes come from the record instead.
+        let started = Instant::now();
+        let (state, _) = watch::channel(state);
+        ManagedProcess {
+            id: record.process_id.clone(),
+            session_id: record.session_id.clone(),
+            name: record.name.clone(),
+            command: record.command.to_bytes(),
+            cwd: PathBuf::from(yieldshell_proto::session_config::bytes_os(
+                &record.cwd.to_bytes(),
+            )),
+            started_at,
+            started,
+            output,
+            state,
+            control: None,
+            stdin: None,
+        }
+    }
+
+    /// Current state.
+    pub fn state(&self) -> ProcState {
+        self.state.borrow().clone()
+    }
+
+    /// Subscribes to state changes.
+    pub fn subscribe(&self) -> watch::Receiver<ProcState> {
+        self.state.subscribe()
+    }
+
+    /// Whether the shell (or its tree, after a stop) has not ended yet.
+    pub fn is_running(&self) -> bool {
+        self.state.borrow().status == Status::Running
+    }
+
+    /// Asks the actor to stop the tree. `None` when the actor has finished (nothing is left to
+    /// stop).
+    pub async fn stop(
+        &self,
+        signal: Signal,
+        grace: Duration,
+        reason: StopReason,
+    ) -> Option<StopOutcome> {
+        let control = self.control.as_ref()?;
+        let (reply, rx) = oneshot::channel();
+        control
+            .send(Control::Stop {
+                signal,
+                grace,
+                reason,
+                reply,
+            })
+            .await
+            .ok()?;
+        rx.await.ok()
+    }
+
+    /// Writes to stdin (and closes it on `eof`).
+    pub async fn write_stdin(
+        &self,
+        data: Vec<u8>,
+        eof: bool,
+    ) -> Result<usize, (ErrorKind, String)> {
+        let exited = || {
+            (
+                ErrorKind::ProcessExited,
+                format!("process {} has ended; its stdin is closed", self.id),
+            )
+        };
+        let stdin = self.stdin.as_ref().ok_or_else(exited)?;
+        let (reply, rx) = oneshot::channel();
+        stdin
+            .send(StdinWrite { data, eof, reply })
+            .await
+            .map_err(|_| exited())?;
+        rx.await.map_err(|_| exited())?
+    }
+
+    /// Run time so far, or in total once ended.
+    pub fn duration(&self, state: &ProcState) -> Duration {
+        state.duration.unwrap_or_else(|| self.started.elapsed())
+    }
+
+    /// The control-plane description.
+    pub fn info(&self) -> pb::ProcessInfo {
+        let state = self.state();
+        let (out, err) = self.output.totals();
+        let (spool_dropped, _) = self.output.spool_health();
+        pb::ProcessInfo {
+            process_id: self.id.clone(),
+            pid: state.identity.map(|i| i.pid as u32),
+            name: self.name.clone(),
+            command: self.command.clone(),
+            cwd: yieldshell_proto::session_config::path_bytes(&self.cwd),
+            status: state.status.to_pb() as i32,
+            exit_code: match state.exit {
+                Some(ExitHow::Code(c)) => Some(c),
+                _ => None,
+            },
+            signal: match state.exit {
+                Some(ExitHow::Signal(s)) => Some(signal_name(s)),
+                _ => None,
+            },
+            started_at_unix_ms: unix_ms(self.started_at),
+            ended_at_unix_ms: state.ended_at.map(unix_ms),
+            duration_ms: u64::try_from(self.duration(&state).as_millis()).unwrap_or(u64::MAX),
+            stdout_bytes: out.bytes,
+            stderr_bytes: err.bytes,
+            stdout_lines: out.lines,
+            stderr_lines: err.lines,
+            descendants_running: state.descendants,
+            session_id: self.session_id.clone(),
+            lost_reason: state.lost_reason.clone(),
+            ended_by: state.ended_by.clone(),
+            spool_dropped_bytes: spool_dropped,
+        }
+    }
+
+    /// The persisted form of the current state.
+    pub fn record(&self) -> ProcessRecord {
+        let state = self.state();
+        ProcessRecord {
+            format: RECORD_FORMAT,
+            process_id: self.id.clone(),
+            session_id: self.session_id.clone(),
+            name: self.name.clone(),
+            command: RecordBytes::from_bytes(&self.command),
+            cwd: RecordBytes::from_bytes(&yieldshell_proto::session_config::path_bytes(&self.cwd)),
+            status: state.status.as_str().to_string(),
+            pid: state.identity.map(|i| i.pid),
+            start_time: state.identity.map(|i| i.start_time),
+            exit_code: match state.exit {
+                Some(ExitHow::Code(c)) => Some(c),
+                _ => None,
+            },
+            signal: match state.exit {
+                Some(ExitHow::Signal(s)) => Some(s),
+                _ => None,
+            },
+            started_at_ms: unix_ms(self.started_at),
+            ended_at_ms: state.ended_at.map(unix_ms),
+            duration_ms: state
+                .duration
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            ended_by: state.ended_by.clone(),
+            lost_reason: state.lost_reason.clone(),
+        }
+    }
+}
+
+/// A fresh process id: `proc_` and 12 hex digits of a random UUID.
+pub fn new_process_id() -> String {
+    let u = uuid::Uuid::new_v4().simple().to_string();
+    format!("proc_{}", &u[..12])
+}

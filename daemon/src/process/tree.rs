@@ -1,0 +1,246 @@
+//! Finding, identifying and signalling a managed process's whole tree.
+//!
+//! Containment (RELIABILITY §2.10), as implemented:
+//! - Every managed command starts in a new session, so the shell and everything it forks share a
+//!   process group and a session id equal to the shell's pid: `killpg` reaches them all.
+//! - Descendants that leave with `setsid`/`setpgid` are found on Linux by the marker every
+//!   managed process inherits in its environment (`YIELDSHELL_PROCESS_ID=<id>`), read from
+//!   `/proc/<pid>/environ` for processes of our uid. A process that scrubs its environment *and*
+//!   leaves the session escapes; that is documented in `docs/RELIABILITY.md`.
+//! - Every pid is paired with its start time (`/proc/<pid>/stat` field 22) and re-checked before
+//!   it is signalled, so a recycled pid is never hit.
+//!
+//! On other Unix systems only the process group is reached (no `/proc`).
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+
+/// The environment variable carrying a process's YieldShell id (DESIGN §4).
+pub const MARKER_VAR: &str = "YIELDSHELL_PROCESS_ID";
+
+/// A process identified by pid and start time, immune to pid reuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Identity {
+    /// Process id.
+    pub pid: i32,
+    /// Start time in clock ticks after boot (0 where unknown).
+    pub start_time: u64,
+}
+
+/// Fields of `/proc/<pid>/stat` we use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    /// Parent pid.
+    pub ppid: i32,
+    /// Process group.
+    pub pgrp: i32,
+    /// Session id.
+    pub session: i32,
+    /// State letter (`R`, `S`, `Z`, …).
+    pub state: u8,
+    /// Start time in clock ticks after boot.
+    pub start_time: u64,
+}
+
+impl ProcStat {
+    /// Alive means: not a zombie and not dead. A zombie has finished; it only waits to be
+    /// reaped, which our reaper does.
+    pub fn is_alive(&self) -> bool {
+        !matches!(self.state, b'Z' | b'X' | b'x')
+    }
+}
+
+/// Parses the text of `/proc/<pid>/stat`. The command name (field 2) may contain spaces and
+/// parentheses, so parsing starts after the *last* `)`.
+pub fn parse_stat(text: &str) -> Option<ProcStat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.as_bytes().first().copied()?;
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    let session = fields.next()?.parse().ok()?;
+    // Fields 7..=21 precede starttime (field 22); we consumed fields 3..=6.
+    let start_time = fields.nth(15)?.parse().ok()?;
+    Some(ProcStat {
+        ppid,
+        pgrp,
+        session,
+        state,
+        start_time,
+    })
+}
+
+/// Reads `/proc/<pid>/stat`.
+#[cfg(target_os = "linux")]
+pub fn read_stat(pid: i32) -> Option<ProcStat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Without `/proc`, no stat is available.
+#[cfg(not(target_os = "linux"))]
+pub fn read_stat(_pid: i32) -> Option<ProcStat> {
+    None
+}
+
+/// The identity of a live process now.
+pub fn identify(pid: i32) -> Option<Identity> {
+    if cfg!(target_os = "linux") {
+        let stat = read_stat(pid)?;
+        stat.is_alive().then_some(Identity {
+            pid,
+            start_time: stat.start_time,
+        })
+    } else {
+        kill(Pid::from_raw(pid), None)
+            .ok()
+            .map(|()| Identity { pid, start_time: 0 })
+    }
+}
+
+/// Whether this exact process (same pid *and* start time) is still alive.
+pub fn is_alive(id: Identity) -> bool {
+    identify(id.pid).is_some_and(|now| id.start_time == 0 || now.start_time == id.start_time)
+}
+
+/// Whether `/proc/<pid>/environ` holds `MARKER_VAR=<process_id>`.
+#[cfg(target_os = "linux")]
+fn has_marker(pid: i32, needle: &[u8]) -> bool {
+    match std::fs::read(format!("/proc/{pid}/environ")) {
+        Ok(env) => env.split(|b| *b == 0).any(|entry| entry == needle),
+        Err(_) => false,
+    }
+}
+
+/// The `MARKER_VAR=<id>` entry to look for.
+pub fn marker_entry(process_id: &str) -> Vec<u8> {
+    format!("{MARKER_VAR}={process_id}").into_bytes()
+}
+
+/// Every live process of the tree: members of the process group or session `leader_pgid`, and
+/// (Linux) processes of our uid carrying the marker of `process_id`.
+#[cfg(target_os = "linux")]
+pub fn find_tree(leader_pgid: Option<i32>, process_id: &str) -> Vec<Identity> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = nix::unistd::getuid().as_raw();
+    let me = std::process::id() as i32;
+    let needle = marker_entry(process_id);
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Some(stat) = read_stat(pid) else {
+            continue;
+        };
+        if !stat.is_alive() {
+            continue;
+        }
+        let in_group = leader_pgid.is_some_and(|g| stat.pgrp == g || stat.session == g);
+        let member = in_group
+            || (entry.metadata().is_ok_and(|m| m.uid() == uid) && has_marker(pid, &needle));
+        if member {
+            found.push(Identity {
+                pid,
+                start_time: stat.start_time,
+            });
+        }
+    }
+    found
+}
+
+/// Without `/proc`: the group leader if it is alive (the group is signalled as a whole anyway).
+#[cfg(not(target_os = "linux"))]
+pub fn find_tree(leader_pgid: Option<i32>, _process_id: &str) -> Vec<Identity> {
+    match leader_pgid {
+        Some(g) if killpg(Pid::from_raw(g), None).is_ok() => vec![Identity {
+            pid: g,
+            start_time: 0,
+        }],
+        _ => Vec::new(),
+    }
+}
+
+/// Sends `signal` to the process group (if any) and to every listed member still carrying the
+/// same identity. Vanished processes are not an error.
+pub fn signal_tree(leader_pgid: Option<i32>, members: &[Identity], signal: Signal) {
+    if let Some(g) = leader_pgid {
+        let _ = killpg(Pid::from_raw(g), signal);
+    }
+    for m in members {
+        if is_alive(*m) {
+            let _ = kill(Pid::from_raw(m.pid), signal);
+        }
+    }
+}
+
+/// How managed trees are contained on this platform, for `Status` and the docs.
+pub fn containment_name() -> &'static str {
+    if cfg!(target_os = "linux") {
+        "session+process-group+subreaper+marker-scan"
+    } else {
+        "session+process-group"
+    }
+}
+
+/// Parses a signal name with or without the `SIG` prefix (`TERM`, `SIGTERM`, `sigkill`) or a
+/// number.
+pub fn parse_signal(name: &str) -> Option<Signal> {
+    let trimmed = name.trim();
+    if let Ok(n) = trimmed.parse::<i32>() {
+        return Signal::try_from(n).ok();
+    }
+    let upper = trimmed.to_ascii_uppercase();
+    let full = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    full.parse::<Signal>().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_parsing_survives_odd_command_names() {
+        let line =
+            "1234 (a b) c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 987654 1000 10";
+        let s = parse_stat(line).expect("parse");
+        assert_eq!((s.ppid, s.pgrp, s.session, s.state), (1, 1234, 1234, b'S'));
+        assert_eq!(s.start_time, 987654);
+    }
+
+    #[test]
+    fn signal_names_with_and_without_prefix() {
+        assert_eq!(parse_signal("TERM"), Some(Signal::SIGTERM));
+        assert_eq!(parse_signal("SIGKILL"), Some(Signal::SIGKILL));
+        assert_eq!(parse_signal("sigint"), Some(Signal::SIGINT));
+        assert_eq!(parse_signal("9"), Some(Signal::SIGKILL));
+        assert_eq!(parse_signal("SIGNOPE"), None);
+        assert_eq!(parse_signal("999"), None);
+        assert_eq!(parse_signal(""), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn identifies_this_process_and_rejects_a_wrong_start_time() {
+        let me = std::process::id() as i32;
+        let id = identify(me).expect("self");
+        assert!(is_alive(id));
+        assert!(!is_alive(Identity {
+            pid: me,
+            start_time: id.start_time + 1
+        }));
+    }
+}

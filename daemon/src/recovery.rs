@@ -1,0 +1,147 @@
+//! Startup recovery: loading the records a previous daemon left, and making sure none of its
+//! processes keeps running unsupervised (DESIGN §4 "Daemon restart", RELIABILITY §3.1).
+//!
+//! A record still marked `starting`/`running` means the previous daemon did not shut down
+//! cleanly. Its process tree is found by the process group of the recorded shell — only if the
+//! shell's pid *and* start time still match, so a recycled pid is never signalled — and by the
+//! `YIELDSHELL_PROCESS_ID` marker, which is unique to that process. The tree gets SIGTERM, then
+//! SIGKILL, and the record becomes `lost` (`daemon_crash`, or `identity_mismatch` when the pid now
+//! belongs to another process). Spooled output stays readable.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use nix::sys::signal::Signal;
+
+use crate::Daemon;
+use crate::output::OutputLog;
+use crate::process::reaper::ExitHow;
+use crate::process::tree::{self, Identity};
+use crate::process::{ManagedProcess, ProcState, Status};
+use crate::record::ProcessRecord;
+
+/// Ring size for restored processes (the seed default; sessions cannot be consulted any more).
+const RESTORED_RING_BYTES: usize = 262_144;
+/// Grace between SIGTERM and SIGKILL for leftovers.
+const LEFTOVER_GRACE: Duration = Duration::from_millis(500);
+/// How long to wait for leftovers to die after SIGKILL.
+const LEFTOVER_KILL_WAIT: Duration = Duration::from_secs(5);
+
+fn from_unix_ms(ms: i64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+struct Leftover {
+    process_id: String,
+    pgid: Option<i32>,
+}
+
+/// Loads every record into the registry; stops leftovers of a crashed daemon. Returns how many
+/// records were marked lost.
+pub fn recover(daemon: &Arc<Daemon>) -> usize {
+    let mut leftovers = Vec::new();
+    for record in daemon.store.load_all() {
+        let mut record = record;
+        let mut state = restored_state(&record);
+        if state.status == Status::Running {
+            let (reason, pgid) = classify(&record);
+            tracing::warn!(process_id = %record.process_id, reason, "process left running by a previous daemon; stopping it");
+            state.status = Status::Lost;
+            state.lost_reason = Some(reason.to_string());
+            state.ended_at = Some(SystemTime::now());
+            state.duration = SystemTime::now()
+                .duration_since(from_unix_ms(record.started_at_ms))
+                .ok();
+            record.status = Status::Lost.as_str().to_string();
+            record.lost_reason = state.lost_reason.clone();
+            record.ended_at_ms = state.ended_at.map(crate::process::unix_ms);
+            record.duration_ms = state
+                .duration
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(0));
+            if let Err(e) = daemon.store.save(&record) {
+                tracing::warn!(process_id = %record.process_id, "updating record failed: {e}");
+            }
+            leftovers.push(Leftover {
+                process_id: record.process_id.clone(),
+                pgid,
+            });
+        }
+        let output = Arc::new(OutputLog::restore(
+            RESTORED_RING_BYTES,
+            &daemon.store.dir(&record.process_id),
+        ));
+        daemon
+            .registry
+            .insert(Arc::new(ManagedProcess::restored(&record, state, output)));
+    }
+    let lost = leftovers.len();
+    stop_leftovers(&leftovers);
+    lost
+}
+
+fn restored_state(r: &ProcessRecord) -> ProcState {
+    let status = Status::parse(&r.status).unwrap_or(Status::Lost);
+    ProcState {
+        status,
+        identity: r.pid.map(|pid| Identity {
+            pid,
+            start_time: r.start_time.unwrap_or(0),
+        }),
+        exit: match (r.exit_code, r.signal) {
+            (Some(c), _) => Some(ExitHow::Code(c)),
+            (None, Some(s)) => Some(ExitHow::Signal(s)),
+            _ => None,
+        },
+        ended_at: r.ended_at_ms.map(from_unix_ms),
+        duration: r.duration_ms.map(Duration::from_millis),
+        settled: true,
+        descendants: 0,
+        ended_by: r.ended_by.clone(),
+        lost_reason: r.lost_reason.clone(),
+    }
+}
+
+/// Why a leftover is lost, and the process group that may be signalled (only when the recorded
+/// shell is verifiably the same process).
+fn classify(r: &ProcessRecord) -> (&'static str, Option<i32>) {
+    let Some(pid) = r.pid else {
+        return ("daemon_crash", None);
+    };
+    match tree::identify(pid) {
+        Some(now) if r.start_time.is_some_and(|t| t == now.start_time) => {
+            ("daemon_crash", Some(pid))
+        }
+        Some(_) => ("identity_mismatch", None),
+        None => ("daemon_crash", None),
+    }
+}
+
+fn stop_leftovers(leftovers: &[Leftover]) {
+    if leftovers.is_empty() {
+        return;
+    }
+    let scan = |l: &Leftover| tree::find_tree(l.pgid, &l.process_id);
+    for l in leftovers {
+        let members = scan(l);
+        tree::signal_tree(l.pgid, &members, Signal::SIGTERM);
+        tree::signal_tree(l.pgid, &members, Signal::SIGCONT);
+    }
+    let all_gone = || leftovers.iter().all(|l| scan(l).is_empty());
+    let deadline = Instant::now() + LEFTOVER_GRACE;
+    while Instant::now() < deadline && !all_gone() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for l in leftovers {
+        let members = scan(l);
+        if !members.is_empty() {
+            tree::signal_tree(l.pgid, &members, Signal::SIGKILL);
+        }
+    }
+    let deadline = Instant::now() + LEFTOVER_KILL_WAIT;
+    while Instant::now() < deadline && !all_gone() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if !all_gone() {
+        tracing::error!("some processes of a previous daemon survived SIGKILL");
+    }
+}

@@ -1,0 +1,108 @@
+//! Handshake, health, sessions and shutdown.
+
+use yieldshell_proto::errors::ErrorKind;
+use yieldshell_proto::pb;
+use yieldshell_proto::session_config::path_bytes;
+use yieldshell_proto::{PROTOCOL_VERSION, VERSION};
+
+use super::ControlService;
+use crate::process::unix_ms;
+
+pub(super) fn hello(
+    svc: &ControlService,
+    req: pb::HelloRequest,
+) -> Result<pb::HelloResponse, tonic::Status> {
+    if req.protocol_version != PROTOCOL_VERSION {
+        return Err(ErrorKind::ProtocolMismatch.status(format!(
+            "{} {} speaks control protocol {}, but this yieldshelld {VERSION} (pid {}) speaks {PROTOCOL_VERSION}. \
+             Upgrade the client, or stop this daemon with `yieldctl daemon stop` (which stops its processes) \
+             so the matching daemon can start",
+            req.client_name,
+            req.client_version,
+            req.protocol_version,
+            std::process::id()
+        )));
+    }
+    tracing::debug!(client = %req.client_name, version = %req.client_version, "hello");
+    let _ = svc;
+    Ok(pb::HelloResponse {
+        daemon_version: VERSION.to_string(),
+        protocol_version: PROTOCOL_VERSION,
+        pid: std::process::id(),
+    })
+}
+
+/// Resident memory of this process (Linux: `/proc/self/statm`; elsewhere unknown, 0).
+fn rss_bytes() -> u64 {
+    #[cfg(target_os = "linux")]
+    {
+        let pages = std::fs::read_to_string("/proc/self/statm")
+            .ok()
+            .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .unwrap_or(0);
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        pages * u64::try_from(page).unwrap_or(4096)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        0
+    }
+}
+
+pub(super) fn status(svc: &ControlService) -> pb::StatusResponse {
+    let d = &svc.daemon;
+    let all = d.registry.all();
+    let running = all.iter().filter(|p| p.is_running()).count();
+    let degraded = all
+        .iter()
+        .filter(|p| p.output.spool_health().1.is_some())
+        .count();
+    pb::StatusResponse {
+        daemon_version: VERSION.to_string(),
+        protocol_version: PROTOCOL_VERSION,
+        pid: std::process::id(),
+        uptime_ms: u64::try_from(d.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        started_at_unix_ms: unix_ms(d.started_at),
+        socket_path: path_bytes(&d.config.socket),
+        state_dir: path_bytes(&d.config.state_dir),
+        log_file: path_bytes(&d.log_dir),
+        running: u32::try_from(running).unwrap_or(u32::MAX),
+        records: u32::try_from(all.len()).unwrap_or(u32::MAX),
+        sessions: u32::try_from(d.sessions.count()).unwrap_or(u32::MAX),
+        rss_bytes: rss_bytes(),
+        containment: crate::process::tree::containment_name().to_string(),
+        spool_degraded: u32::try_from(degraded).unwrap_or(u32::MAX),
+    }
+}
+
+pub(super) fn open_session(
+    svc: &ControlService,
+    req: pb::OpenSessionRequest,
+) -> Result<pb::OpenSessionResponse, tonic::Status> {
+    let client = req.client_name.clone();
+    let session = svc
+        .daemon
+        .sessions
+        .open(req, &svc.daemon.config.file.policy)
+        .map_err(|(kind, msg)| kind.status(msg))?;
+    tracing::debug!(session = %session.id, %client, "session opened");
+    Ok(pb::OpenSessionResponse {
+        session_id: session.id.clone(),
+    })
+}
+
+pub(super) fn shutdown(svc: &ControlService) -> pb::ShutdownResponse {
+    let running = svc
+        .daemon
+        .registry
+        .all()
+        .iter()
+        .filter(|p| p.is_running())
+        .count();
+    tracing::info!(running, "shutdown requested over the control socket");
+    svc.daemon.shutdown.cancel();
+    pb::ShutdownResponse {
+        stopping: u32::try_from(running).unwrap_or(u32::MAX),
+    }
+}

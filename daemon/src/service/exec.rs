@@ -1,0 +1,295 @@
+//! `Exec`: policy checks, spawn, then the yield wait — all in the daemon, so a fast command
+//! returns the moment it has exited and drained, and a slow one is already a managed background
+//! process when the yield time runs out.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use yieldshell_proto::errors::ErrorKind;
+use yieldshell_proto::pb;
+use yieldshell_proto::session_config::{bytes_os, os_bytes};
+
+use super::{ControlService, clamp_output_bytes, output_to_pb};
+use crate::output::{OutputLog, ReadQuery, StreamFilter};
+use crate::policy::Refusal;
+use crate::policy::redact::Redactor;
+use crate::process::actor::{self, ActorContext};
+use crate::process::{ManagedProcess, ProcessFacts, Status, new_process_id, spawn, unix_ms};
+use crate::record::{ProcessRecord, RECORD_FORMAT, RecordBytes};
+use crate::session::Session;
+
+fn refused(r: Refusal) -> pb::ExecResponse {
+    pb::ExecResponse {
+        status: pb::ExecStatus::FailedToStart as i32,
+        error: r.message,
+        error_kind: r.kind.as_str().to_string(),
+        output: Some(pb::Output {
+            first_seq: 1,
+            next_seq: 1,
+            retained_from_seq: 1,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The session environment with the overlay applied (overlay wins).
+fn merged_env(
+    session: &Session,
+    overlay: &[pb::EnvVar],
+) -> Result<Vec<(OsString, OsString)>, Refusal> {
+    let mut env = session.env.clone();
+    for var in overlay {
+        if var.name.is_empty()
+            || var.name.contains(&b'=')
+            || var.name.contains(&0)
+            || var.value.contains(&0)
+        {
+            return Err(Refusal {
+                kind: ErrorKind::InvalidArgument,
+                message: format!(
+                    "invalid environment variable {:?}: names must be non-empty without '=' or NUL, values without NUL",
+                    String::from_utf8_lossy(&var.name)
+                ),
+            });
+        }
+        let name = bytes_os(&var.name);
+        let value = bytes_os(&var.value);
+        match env.iter_mut().find(|(k, _)| *k == name) {
+            Some(slot) => slot.1 = value,
+            None => env.push((name, value)),
+        }
+    }
+    Ok(env)
+}
+
+fn exec_status(status: Status) -> pb::ExecStatus {
+    match status {
+        Status::Running => pb::ExecStatus::Backgrounded,
+        Status::Completed => pb::ExecStatus::Completed,
+        Status::Stopped => pb::ExecStatus::Stopped,
+        Status::TimedOut => pb::ExecStatus::TimedOut,
+        Status::Failed => pb::ExecStatus::Failed,
+        Status::Lost => pb::ExecStatus::Lost,
+    }
+}
+
+pub(super) async fn exec(
+    svc: &ControlService,
+    req: pb::ExecRequest,
+) -> Result<pb::ExecResponse, tonic::Status> {
+    let d = &svc.daemon;
+    let session = d.sessions.get(&req.session_id)?;
+    if d.shutdown.is_cancelled() {
+        return Err(ErrorKind::ShuttingDown.status("yieldshelld is shutting down"));
+    }
+    let policy = &session.policy;
+    // DESIGN §5 order: side effects, command policy, cwd, limits, spawn.
+    if let Err(r) = policy.check_side_effects(&req.side_effects) {
+        return Ok(refused(r));
+    }
+    if let Err(r) = policy.check_command(&req.command) {
+        return Ok(refused(r));
+    }
+    let requested_cwd = req
+        .cwd
+        .as_ref()
+        .filter(|c| !c.is_empty())
+        .map(|c| PathBuf::from(bytes_os(c)));
+    let cwd = match policy.resolve_cwd(requested_cwd.as_deref(), &session.default_cwd) {
+        Ok(c) => c,
+        Err(r) => return Ok(refused(r)),
+    };
+    let env = match merged_env(&session, &req.env) {
+        Ok(e) => e,
+        Err(r) => return Ok(refused(r)),
+    };
+    let yield_ms = req
+        .yield_ms
+        .unwrap_or(policy.default_yield_ms)
+        .min(policy.max_yield_ms);
+    let timeout = match req.timeout_ms.unwrap_or(policy.default_timeout_ms) {
+        0 => None,
+        ms => Some(Duration::from_millis(ms)),
+    };
+    let max_out = clamp_output_bytes(req.max_output_bytes, policy.max_output_bytes);
+    let env_bytes: Vec<(Vec<u8>, Vec<u8>)> = env
+        .iter()
+        .map(|(k, v)| (os_bytes(k), os_bytes(v)))
+        .collect();
+    let redactor = policy.redact_env.as_ref().and_then(|names| {
+        Redactor::from_env(
+            names,
+            env_bytes.iter().map(|(k, v)| (k.as_slice(), v.as_slice())),
+        )
+    });
+
+    let proc = match start(svc, &session, &req, cwd, env, redactor, timeout) {
+        Ok(p) => p,
+        Err(r) => return Ok(refused(r)),
+    };
+
+    // Everything above ran without an `.await`: if the client vanishes from here on, the process
+    // is registered and runs on in the background, as if it had yielded.
+    let mut state_rx = proc.subscribe();
+    if req.stdin.as_ref().is_some_and(|s| !s.is_empty()) || req.close_stdin {
+        let data = req.stdin.clone().unwrap_or_default();
+        if let Err((kind, msg)) = proc.write_stdin(data, req.close_stdin).await {
+            // A command that exits without reading its input is not an error of exec.
+            tracing::debug!(process_id = %proc.id, %kind, "initial stdin not fully written: {msg}");
+        }
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(yield_ms);
+    tokio::select! {
+        _ = state_rx.wait_for(|s| s.settled) => {}
+        _ = tokio::time::sleep_until(deadline) => {}
+        _ = d.shutdown.cancelled() => {}
+    }
+    Ok(respond(&proc, max_out, yield_ms))
+}
+
+fn start(
+    svc: &ControlService,
+    session: &Session,
+    req: &pb::ExecRequest,
+    cwd: PathBuf,
+    env: Vec<(OsString, OsString)>,
+    redactor: Option<Arc<Redactor>>,
+    timeout: Option<Duration>,
+) -> Result<Arc<ManagedProcess>, Refusal> {
+    let d = &svc.daemon;
+    let limit = |m: String| Refusal {
+        kind: ErrorKind::LimitReached,
+        message: m,
+    };
+    // Limits are checked and the process registered under one lock, so concurrent execs cannot
+    // overshoot them.
+    let _guard = d.spawn_lock.lock().unwrap_or_else(|e| e.into_inner());
+    let (total, mine) = d.registry.running_counts(&session.id);
+    if mine >= session.policy.max_processes as usize {
+        return Err(limit(format!(
+            "this session already runs {mine} processes (YIELDSHELL_MAX_PROCESSES={}); stop one or wait for it first",
+            session.policy.max_processes
+        )));
+    }
+    let global = d.config.file.max_running_processes();
+    if total >= global as usize {
+        return Err(limit(format!(
+            "the daemon already runs {total} processes (its max_running_processes is {global})"
+        )));
+    }
+    let mut id = new_process_id();
+    while d.registry.contains(&id) || d.store.dir(&id).exists() {
+        id = new_process_id();
+    }
+    let internal = |what: &str, e: std::io::Error| Refusal {
+        kind: ErrorKind::SpawnFailed,
+        message: format!("{what}: {e}"),
+    };
+    let dir = d
+        .store
+        .create_dir(&id)
+        .map_err(|e| internal("creating the process directory", e))?;
+    let started_at = SystemTime::now();
+    let name = req.name.clone().unwrap_or_default();
+    // Persist the intent before the process exists: a daemon crash right after the spawn still
+    // leaves a record, so the next daemon can find and stop what we started.
+    let starting = ProcessRecord {
+        format: RECORD_FORMAT,
+        process_id: id.clone(),
+        session_id: session.id.clone(),
+        name: name.clone(),
+        command: RecordBytes::from_bytes(&req.command),
+        cwd: RecordBytes::from_bytes(&yieldshell_proto::session_config::path_bytes(&cwd)),
+        status: "starting".into(),
+        pid: None,
+        start_time: None,
+        exit_code: None,
+        signal: None,
+        started_at_ms: unix_ms(started_at),
+        ended_at_ms: None,
+        duration_ms: None,
+        ended_by: None,
+        lost_reason: None,
+    };
+    d.store
+        .save(&starting)
+        .map_err(|e| internal("writing the process record", e))?;
+    let spec = spawn::SpawnSpec {
+        command: req.command.clone(),
+        cwd: cwd.clone(),
+        env,
+        process_id: id.clone(),
+    };
+    let spawned = match spawn::spawn(&d.reaper, &spec) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = d.store.remove(&id);
+            return Err(internal("could not start /bin/sh", e));
+        }
+    };
+    let output = Arc::new(OutputLog::new(
+        usize::try_from(session.policy.max_buffer_bytes).unwrap_or(usize::MAX),
+        Some(&dir),
+        d.config.file.spool_max_bytes(),
+    ));
+    let facts = ProcessFacts {
+        id,
+        session_id: session.id.clone(),
+        name,
+        command: req.command.clone(),
+        cwd,
+        started_at,
+    };
+    let ctx = ActorContext {
+        timing: d.config.file.timing(),
+        store: d.store.clone(),
+        shutdown: d.shutdown.clone(),
+    };
+    let (proc, handle) = actor::launch(facts, spawned, output, redactor, timeout, ctx);
+    d.registry.insert(proc.clone());
+    d.track_actor(handle);
+    tracing::info!(process_id = %proc.id, pid = proc.state().identity.map(|i| i.pid), session = %session.id, "started");
+    Ok(proc)
+}
+
+fn respond(proc: &ManagedProcess, max_out: usize, yield_ms: u64) -> pb::ExecResponse {
+    let state = proc.state();
+    let status = if state.settled {
+        exec_status(state.status)
+    } else {
+        pb::ExecStatus::Backgrounded
+    };
+    let out = proc.output.read(&ReadQuery {
+        since: None,
+        max_bytes: max_out,
+        streams: StreamFilter::Both,
+        tail_lines: None,
+        use_spool: false,
+    });
+    let next_seq = out.next_seq;
+    let id = &proc.id;
+    let message = match status {
+        pb::ExecStatus::Backgrounded => format!(
+            "Still running after {yield_ms} ms, so it continues in the background as {id}. \
+             Next: read(process_id=\"{id}\", since_seq={next_seq}) for new output, wait(process_id=\"{id}\") \
+             to block until it exits, write(...) to send input, stop(process_id=\"{id}\") to end it."
+        ),
+        pb::ExecStatus::Completed if state.descendants > 0 => format!(
+            "The shell exited, but {} descendant process(es) still run (and may still write output). \
+             read(process_id=\"{id}\", since_seq={next_seq}) shows more; stop(process_id=\"{id}\") ends them.",
+            state.descendants
+        ),
+        _ => String::new(),
+    };
+    pb::ExecResponse {
+        status: status as i32,
+        process: Some(proc.info()),
+        output: Some(output_to_pb(out)),
+        message,
+        yield_ms,
+        ..Default::default()
+    }
+}

@@ -1,0 +1,189 @@
+//! The gRPC `Control` service: thin handlers over the daemon's state.
+//!
+//! Handlers validate, look up, then read state or send a control to the process's actor and
+//! await the reply. They never hold a lock across an `.await` and never leave half-done state
+//! when tonic drops them because the client went away: every side effect happens inside an actor
+//! (or, for `exec`, synchronously before the first `.await` that could be cancelled).
+//!
+//! One file per group of calls: [`exec`], [`output`] (read, follow, wait), [`procs`] (write,
+//! stop, list, cleanup), [`admin`] (hello, status, sessions, shutdown).
+
+mod admin;
+mod exec;
+mod output;
+mod procs;
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+use yieldshell_proto::errors::ErrorKind;
+use yieldshell_proto::pb;
+use yieldshell_proto::pb::control_server::Control;
+
+use crate::Daemon;
+use crate::output::StreamFilter;
+use crate::process::ManagedProcess;
+use crate::session::Session;
+
+/// Longest process id accepted (ids are `proc_` + 12 hex digits; leave room for other forms).
+const MAX_PROCESS_ID: usize = 64;
+
+/// The service, sharing the daemon state.
+#[derive(Debug, Clone)]
+pub struct ControlService {
+    daemon: Arc<Daemon>,
+}
+
+impl ControlService {
+    /// A service over `daemon`.
+    pub fn new(daemon: Arc<Daemon>) -> ControlService {
+        ControlService { daemon }
+    }
+
+    /// Finds a process the session may see. Unknown and invisible ids get the same answer, so a
+    /// session cannot probe for processes outside its allowed directories.
+    fn lookup(&self, session: &Session, id: &str) -> Result<Arc<ManagedProcess>, Status> {
+        let unknown = || ErrorKind::UnknownProcess.status(format!("Unknown process_id: {id}"));
+        if id.is_empty() || id.len() > MAX_PROCESS_ID {
+            return Err(unknown());
+        }
+        let p = self.daemon.registry.get(id).ok_or_else(unknown)?;
+        if !session.policy.cwd_allowed(&p.cwd) {
+            return Err(unknown());
+        }
+        Ok(p)
+    }
+}
+
+fn stream_filter(v: i32) -> Result<StreamFilter, Status> {
+    match pb::Streams::try_from(v) {
+        Ok(pb::Streams::Both) => Ok(StreamFilter::Both),
+        Ok(pb::Streams::Stdout) => Ok(StreamFilter::Stdout),
+        Ok(pb::Streams::Stderr) => Ok(StreamFilter::Stderr),
+        Err(_) => {
+            Err(ErrorKind::InvalidArgument
+                .status("streams must be both, stdout or stderr".to_string()))
+        }
+    }
+}
+
+fn output_to_pb(r: crate::output::ReadResult) -> pb::Output {
+    pb::Output {
+        stdout: r.stdout,
+        stderr: r.stderr,
+        first_seq: r.first_seq,
+        next_seq: r.next_seq,
+        truncated: r.truncated,
+        has_more: r.has_more,
+        retained_from_seq: r.retained_from,
+    }
+}
+
+/// Largest per-stream page any read may ask for, whatever the policy says (memory safety).
+pub const HARD_MAX_READ_BYTES: u64 = 16 * 1024 * 1024;
+
+fn clamp_output_bytes(requested: Option<u64>, policy_max: u64) -> usize {
+    let max = requested
+        .unwrap_or(policy_max)
+        .min(policy_max)
+        .clamp(1, HARD_MAX_READ_BYTES);
+    usize::try_from(max).unwrap_or(usize::MAX)
+}
+
+/// Stream type of `Follow`.
+pub type FollowStream = Pin<Box<dyn Stream<Item = Result<pb::FollowEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Control for ControlService {
+    async fn hello(
+        &self,
+        req: Request<pb::HelloRequest>,
+    ) -> Result<Response<pb::HelloResponse>, Status> {
+        admin::hello(self, req.into_inner()).map(Response::new)
+    }
+
+    async fn status(
+        &self,
+        _req: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusResponse>, Status> {
+        Ok(Response::new(admin::status(self)))
+    }
+
+    async fn open_session(
+        &self,
+        req: Request<pb::OpenSessionRequest>,
+    ) -> Result<Response<pb::OpenSessionResponse>, Status> {
+        admin::open_session(self, req.into_inner()).map(Response::new)
+    }
+
+    async fn exec(
+        &self,
+        req: Request<pb::ExecRequest>,
+    ) -> Result<Response<pb::ExecResponse>, Status> {
+        exec::exec(self, req.into_inner()).await.map(Response::new)
+    }
+
+    async fn read(
+        &self,
+        req: Request<pb::ReadRequest>,
+    ) -> Result<Response<pb::ReadResponse>, Status> {
+        output::read(self, req.into_inner()).map(Response::new)
+    }
+
+    type FollowStream = FollowStream;
+
+    async fn follow(
+        &self,
+        req: Request<pb::FollowRequest>,
+    ) -> Result<Response<FollowStream>, Status> {
+        output::follow(self, req.into_inner()).map(Response::new)
+    }
+
+    async fn write(
+        &self,
+        req: Request<pb::WriteRequest>,
+    ) -> Result<Response<pb::WriteResponse>, Status> {
+        procs::write(self, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn wait(
+        &self,
+        req: Request<pb::WaitRequest>,
+    ) -> Result<Response<pb::WaitResponse>, Status> {
+        output::wait(self, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn stop(
+        &self,
+        req: Request<pb::StopRequest>,
+    ) -> Result<Response<pb::StopResponse>, Status> {
+        procs::stop(self, req.into_inner()).await.map(Response::new)
+    }
+
+    async fn list(
+        &self,
+        req: Request<pb::ListRequest>,
+    ) -> Result<Response<pb::ListResponse>, Status> {
+        procs::list(self, req.into_inner()).map(Response::new)
+    }
+
+    async fn cleanup(
+        &self,
+        req: Request<pb::CleanupRequest>,
+    ) -> Result<Response<pb::CleanupResponse>, Status> {
+        procs::cleanup(self, req.into_inner()).map(Response::new)
+    }
+
+    async fn shutdown(
+        &self,
+        _req: Request<pb::ShutdownRequest>,
+    ) -> Result<Response<pb::ShutdownResponse>, Status> {
+        Ok(Response::new(admin::shutdown(self)))
+    }
+}

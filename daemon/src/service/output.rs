@@ -1,0 +1,315 @@
+//! `Read`, `Follow` and `Wait`: the output side. All three pull from the process's
+//! [`OutputLog`](crate::output::OutputLog) with cursors; none holds a per-reader buffer.
+
+use std::time::Duration;
+
+use regex::bytes::Regex;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use yieldshell_proto::errors::ErrorKind;
+use yieldshell_proto::pb;
+
+use super::{ControlService, FollowStream, clamp_output_bytes, output_to_pb, stream_filter};
+use crate::output::{ReadQuery, Stream, StreamFilter};
+use crate::process::ManagedProcess;
+
+/// Largest `tail_lines` accepted.
+const MAX_TAIL_LINES: u32 = 100_000;
+/// Bytes per follow event batch.
+const FOLLOW_BATCH: usize = 256 * 1024;
+/// Longest line kept for `until` matching; longer lines are matched by their first bytes.
+const MAX_MATCH_LINE: usize = 64 * 1024;
+
+pub(super) fn read(
+    svc: &ControlService,
+    req: pb::ReadRequest,
+) -> Result<pb::ReadResponse, tonic::Status> {
+    let session = svc.daemon.sessions.get(&req.session_id)?;
+    let proc = svc.lookup(&session, &req.process_id)?;
+    let streams = stream_filter(req.streams)?;
+    if req.tail_lines.is_some_and(|n| n == 0 || n > MAX_TAIL_LINES) {
+        return Err(ErrorKind::InvalidArgument
+            .status(format!("tail_lines must be between 1 and {MAX_TAIL_LINES}")));
+    }
+    let q = ReadQuery {
+        since: req.since_seq,
+        max_bytes: clamp_output_bytes(req.max_output_bytes, session.policy.max_output_bytes),
+        streams,
+        tail_lines: req.tail_lines,
+        use_spool: req.use_spool,
+    };
+    // State first, output second: if the process ends in between, the output is at least as new
+    // as the status says.
+    let process = proc.info();
+    let out = proc.output.read(&q);
+    Ok(pb::ReadResponse {
+        process: Some(process),
+        output: Some(output_to_pb(out)),
+    })
+}
+
+pub(super) fn follow(
+    svc: &ControlService,
+    req: pb::FollowRequest,
+) -> Result<FollowStream, tonic::Status> {
+    let session = svc.daemon.sessions.get(&req.session_id)?;
+    let proc = svc.lookup(&session, &req.process_id)?;
+    let streams = stream_filter(req.streams)?;
+    let (tx, rx) = mpsc::channel(4);
+    let shutdown = svc.daemon.shutdown.clone();
+    let mut cursor = req.since_seq.unwrap_or(1).max(1);
+    tokio::spawn(async move {
+        let mut end_rx = proc.output.subscribe();
+        let mut state_rx = proc.subscribe();
+        loop {
+            let crate::output::RunsPage { runs, next, gap } =
+                proc.output.read_runs(cursor, FOLLOW_BATCH, streams);
+            if let Some((from, to)) = gap {
+                let ev = pb::FollowEvent {
+                    dropped_from: from,
+                    dropped_to: to,
+                    ..Default::default()
+                };
+                if tx.send(Ok(ev)).await.is_err() {
+                    return;
+                }
+            }
+            for (seq, stream, data) in runs {
+                let ev = pb::FollowEvent {
+                    seq,
+                    stream: match stream {
+                        Stream::Stdout => pb::Stream::Stdout,
+                        Stream::Stderr => pb::Stream::Stderr,
+                    } as i32,
+                    data,
+                    ..Default::default()
+                };
+                // A client that stopped reading blocks only this task; the process and other
+                // readers never wait for it.
+                if tx.send(Ok(ev)).await.is_err() {
+                    return;
+                }
+            }
+            let advanced = next > cursor;
+            cursor = next;
+            if advanced {
+                continue;
+            }
+            let end = proc.output.end();
+            if end.closed && cursor >= end.next_seq {
+                // Output is complete; report the final state once the result is settled.
+                tokio::select! {
+                    _ = state_rx.wait_for(|s| s.settled) => {}
+                    _ = shutdown.cancelled() => {}
+                }
+                let ev = pb::FollowEvent {
+                    seq: cursor,
+                    ended: Some(proc.info()),
+                    ..Default::default()
+                };
+                let _ = tx.send(Ok(ev)).await;
+                return;
+            }
+            tokio::select! {
+                r = end_rx.changed() => if r.is_err() { return },
+                _ = shutdown.cancelled() => {
+                    let _ = tx.send(Err(ErrorKind::ShuttingDown.status("yieldshelld is shutting down"))).await;
+                    return;
+                }
+                _ = tx.closed() => return,
+            }
+        }
+    });
+    Ok(Box::pin(ReceiverStream::new(rx)))
+}
+
+/// Line-by-line matcher over the interleaved log: keeps each stream's unfinished line.
+struct LineMatcher {
+    re: Regex,
+    partial: [(u64, Vec<u8>); 2],
+}
+
+impl LineMatcher {
+    fn new(re: Regex) -> LineMatcher {
+        LineMatcher {
+            re,
+            partial: [(0, Vec::new()), (0, Vec::new())],
+        }
+    }
+
+    /// Feeds a run; returns the first complete line that matches (and its start seq).
+    fn feed(&mut self, seq: u64, stream: Stream, data: &[u8]) -> Option<(u64, Vec<u8>)> {
+        let slot = &mut self.partial[usize::from(stream == Stream::Stderr)];
+        let mut start = 0;
+        for nl in memchr::memchr_iter(b'\n', data) {
+            if slot.1.is_empty() {
+                slot.0 = seq + start as u64;
+            }
+            let piece = &data[start..nl];
+            let room = MAX_MATCH_LINE.saturating_sub(slot.1.len());
+            slot.1.extend_from_slice(&piece[..piece.len().min(room)]);
+            let line = std::mem::take(&mut slot.1);
+            start = nl + 1;
+            if self.re.is_match(&line) {
+                return Some((slot.0, line));
+            }
+        }
+        if start < data.len() {
+            if slot.1.is_empty() {
+                slot.0 = seq + start as u64;
+            }
+            let piece = &data[start..];
+            let room = MAX_MATCH_LINE.saturating_sub(slot.1.len());
+            slot.1.extend_from_slice(&piece[..piece.len().min(room)]);
+        }
+        None
+    }
+
+    /// Checks the unfinished lines (a prompt without a newline, say).
+    fn check_partial(&self) -> Option<(u64, Vec<u8>)> {
+        self.partial
+            .iter()
+            .find(|(_, l)| !l.is_empty() && self.re.is_match(l))
+            .map(|(s, l)| (*s, l.clone()))
+    }
+}
+
+enum WaitOutcome {
+    Exited,
+    Deadline,
+    Matched(u64, Vec<u8>),
+}
+
+async fn wait_until_match(
+    proc: &ManagedProcess,
+    matcher: &mut LineMatcher,
+    since: u64,
+    streams: StreamFilter,
+    deadline: Option<tokio::time::Instant>,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> WaitOutcome {
+    let mut cursor = since.max(1);
+    let mut end_rx = proc.output.subscribe();
+    let mut state_rx = proc.subscribe();
+    loop {
+        let crate::output::RunsPage { runs, next, .. } =
+            proc.output.read_runs(cursor, FOLLOW_BATCH, streams);
+        for (seq, stream, data) in &runs {
+            if let Some((at, line)) = matcher.feed(*seq, *stream, data) {
+                return WaitOutcome::Matched(at, line);
+            }
+        }
+        let advanced = next > cursor;
+        cursor = next;
+        if advanced {
+            continue;
+        }
+        if let Some((at, line)) = matcher.check_partial() {
+            return WaitOutcome::Matched(at, line);
+        }
+        let end = proc.output.end();
+        if proc.state().settled && end.closed && cursor >= end.next_seq {
+            return WaitOutcome::Exited;
+        }
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = end_rx.changed() => {}
+            _ = state_rx.changed() => {}
+            _ = sleep => return WaitOutcome::Deadline,
+            _ = shutdown.cancelled() => return WaitOutcome::Deadline,
+        }
+    }
+}
+
+pub(super) async fn wait(
+    svc: &ControlService,
+    req: pb::WaitRequest,
+) -> Result<pb::WaitResponse, tonic::Status> {
+    let session = svc.daemon.sessions.get(&req.session_id)?;
+    let proc = svc.lookup(&session, &req.process_id)?;
+    let streams = stream_filter(req.streams)?;
+    let max_out = clamp_output_bytes(req.max_output_bytes, session.policy.max_output_bytes);
+    let deadline = req
+        .timeout_ms
+        .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
+    let shutdown = &svc.daemon.shutdown;
+    let outcome = match req.until.as_deref().filter(|u| !u.is_empty()) {
+        Some(pattern) => {
+            let re = Regex::new(pattern).map_err(|e| {
+                ErrorKind::InvalidArgument
+                    .status(format!("until is not a valid regular expression: {e}"))
+            })?;
+            let mut matcher = LineMatcher::new(re);
+            wait_until_match(
+                &proc,
+                &mut matcher,
+                req.since_seq.unwrap_or(1),
+                streams,
+                deadline,
+                shutdown,
+            )
+            .await
+        }
+        None => {
+            let mut state_rx = proc.subscribe();
+            let sleep = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = state_rx.wait_for(|s| s.settled) => WaitOutcome::Exited,
+                _ = sleep => WaitOutcome::Deadline,
+                _ = shutdown.cancelled() => WaitOutcome::Deadline,
+            }
+        }
+    };
+    let process = proc.info();
+    let out = proc.output.read(&ReadQuery {
+        since: None,
+        max_bytes: max_out,
+        streams,
+        tail_lines: None,
+        use_spool: false,
+    });
+    let (result, matched_line, matched_seq) = match outcome {
+        WaitOutcome::Exited => (pb::WaitResult::Exited, Vec::new(), None),
+        WaitOutcome::Deadline => (pb::WaitResult::DeadlineReached, Vec::new(), None),
+        WaitOutcome::Matched(seq, line) => (pb::WaitResult::Matched, line, Some(seq)),
+    };
+    Ok(pb::WaitResponse {
+        process: Some(process),
+        output: Some(output_to_pb(out)),
+        result: result as i32,
+        matched_line,
+        matched_seq,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_lines_split_across_runs_per_stream() {
+        let mut m = LineMatcher::new(Regex::new("listening on \\d+").expect("re"));
+        assert!(m.feed(1, Stream::Stdout, b"booting\nlisten").is_none());
+        assert!(m.feed(15, Stream::Stderr, b"noise\n").is_none());
+        let (seq, line) = m.feed(21, Stream::Stdout, b"ing on 8080\n").expect("match");
+        assert_eq!(line, b"listening on 8080");
+        assert_eq!(seq, 9);
+    }
+
+    #[test]
+    fn partial_lines_match_prompts() {
+        let mut m = LineMatcher::new(Regex::new("^>>> $").expect("re"));
+        assert!(m.feed(1, Stream::Stdout, b"Python\n>>> ").is_none());
+        assert_eq!(m.check_partial().map(|(_, l)| l), Some(b">>> ".to_vec()));
+    }
+}

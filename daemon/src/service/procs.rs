@@ -1,0 +1,184 @@
+//! `Write`, `Stop`, `List` and `Cleanup`.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use yieldshell_proto::errors::ErrorKind;
+use yieldshell_proto::pb;
+
+use super::ControlService;
+use crate::process::{ManagedProcess, Status, StopReason, tree};
+use crate::session::Session;
+
+/// Grace before SIGKILL when `stop` names none (the seed's default).
+const DEFAULT_FORCE_AFTER_MS: u64 = 3_000;
+/// Longest grace accepted (longer would outlive any client's request timeout).
+const MAX_FORCE_AFTER_MS: u64 = 600_000;
+/// Largest stdin write in one call.
+const MAX_WRITE_BYTES: usize = 8 * 1024 * 1024;
+
+pub(super) async fn write(
+    svc: &ControlService,
+    req: pb::WriteRequest,
+) -> Result<pb::WriteResponse, tonic::Status> {
+    let session = svc.daemon.sessions.get(&req.session_id)?;
+    let proc = svc.lookup(&session, &req.process_id)?;
+    if req.input.len() > MAX_WRITE_BYTES {
+        return Err(ErrorKind::InvalidArgument.status(format!(
+            "input is {} bytes; at most {MAX_WRITE_BYTES} bytes per write",
+            req.input.len()
+        )));
+    }
+    match proc.write_stdin(req.input, req.eof).await {
+        Ok(n) => Ok(pb::WriteResponse {
+            ok: true,
+            bytes_written: n as u64,
+        }),
+        Err((kind, msg)) => Err(kind.status(format!("{}: {msg}", proc.id))),
+    }
+}
+
+fn describe_end(p: &ManagedProcess) -> String {
+    let info = p.info();
+    let status = yieldshell_proto::views::process_status_name(info.status);
+    match (info.exit_code, info.signal) {
+        (Some(c), _) => format!("{status}, exit code {c}"),
+        (None, Some(s)) => format!("{status}, {s}"),
+        _ => status.to_string(),
+    }
+}
+
+pub(super) async fn stop(
+    svc: &ControlService,
+    req: pb::StopRequest,
+) -> Result<pb::StopResponse, tonic::Status> {
+    let session = svc.daemon.sessions.get(&req.session_id)?;
+    let proc = svc.lookup(&session, &req.process_id)?;
+    let name = if req.signal.trim().is_empty() {
+        "SIGTERM"
+    } else {
+        req.signal.as_str()
+    };
+    let signal = tree::parse_signal(name).ok_or_else(|| {
+        ErrorKind::InvalidArgument.status(format!(
+            "unknown signal {name:?}; use a name such as SIGTERM, TERM, SIGINT, SIGHUP, SIGKILL (with or without SIG) or a signal number"
+        ))
+    })?;
+    let grace_ms = req
+        .force_after_ms
+        .unwrap_or(DEFAULT_FORCE_AFTER_MS)
+        .min(MAX_FORCE_AFTER_MS);
+    let outcome = proc
+        .stop(signal, Duration::from_millis(grace_ms), StopReason::Request)
+        .await;
+    let mut resp = pb::StopResponse {
+        signal: signal.as_str().to_string(),
+        ..Default::default()
+    };
+    match outcome {
+        Some(o) if o.stopped => {
+            resp.stopped = true;
+            resp.escalated = o.escalated;
+        }
+        Some(o) if o.escalated => {
+            resp.escalated = true;
+            resp.error =
+                "some processes survived SIGKILL (uninterruptible sleep?); see the daemon log"
+                    .into();
+            resp.error_kind = ErrorKind::Internal.as_str().into();
+        }
+        _ => {
+            resp.error = format!(
+                "process {} had already ended ({}); nothing was running to stop",
+                proc.id,
+                describe_end(&proc)
+            );
+            resp.error_kind = ErrorKind::ProcessExited.as_str().into();
+        }
+    }
+    resp.process = Some(proc.info());
+    Ok(resp)
+}
+
+/// Whether `p` belongs to the session's project: started by the session, or running inside the
+/// session's default cwd (after resolving symlinks).
+fn in_project(session: &Session, project_root: Option<&Path>, p: &ManagedProcess) -> bool {
+    p.session_id == session.id || project_root.is_some_and(|root| p.cwd.starts_with(root))
+}
+
+fn scoped<'a>(
+    svc: &'a ControlService,
+    session: &'a Session,
+    scope: i32,
+) -> Result<impl Iterator<Item = std::sync::Arc<ManagedProcess>> + 'a, tonic::Status> {
+    let all_scope = match pb::Scope::try_from(scope) {
+        Ok(pb::Scope::All) => true,
+        Ok(pb::Scope::Project) => false,
+        Err(_) => return Err(ErrorKind::InvalidArgument.status("scope must be project or all")),
+    };
+    let root = std::fs::canonicalize(&session.default_cwd).ok();
+    Ok(svc
+        .daemon
+        .registry
+        .all()
+        .into_iter()
+        .filter(move |p| session.policy.cwd_allowed(&p.cwd))
+        .filter(move |p| all_scope || in_project(session, root.as_deref(), p)))
+}
+
+pub(super) fn list(
+    svc: &ControlService,
+    req: pb::ListRequest,
+) -> Result<pb::ListResponse, tonic::Status> {
+    let session = svc.daemon.sessions.get(&req.session_id)?;
+    let mut procs: Vec<_> = scoped(svc, &session, req.scope)?
+        .filter(|p| req.include_completed || p.is_running())
+        .collect();
+    procs.sort_by(|a, b| {
+        b.started_at
+            .cmp(&a.started_at)
+            .then_with(|| b.id.cmp(&a.id))
+    });
+    let matched = u32::try_from(procs.len()).unwrap_or(u32::MAX);
+    if req.limit > 0 {
+        procs.truncate(req.limit as usize);
+    }
+    Ok(pb::ListResponse {
+        processes: procs.iter().map(|p| p.info()).collect(),
+        matched,
+    })
+}
+
+pub(super) fn cleanup(
+    svc: &ControlService,
+    req: pb::CleanupRequest,
+) -> Result<pb::CleanupResponse, tonic::Status> {
+    let session = svc.daemon.sessions.get(&req.session_id)?;
+    let completed_age = Duration::from_millis(req.completed_older_than_ms.unwrap_or(3_600_000));
+    let stopped_age = Duration::from_millis(req.stopped_older_than_ms.unwrap_or(3_600_000));
+    let now = SystemTime::now();
+    let mut removed_ids = Vec::new();
+    for p in scoped(svc, &session, req.scope)? {
+        let state = p.state();
+        // Only finished results with nothing left running: a record whose descendants still run
+        // is what `stop` needs to find them.
+        if !state.settled || state.descendants > 0 || state.status == Status::Running {
+            continue;
+        }
+        let threshold = if state.status == Status::Completed {
+            completed_age
+        } else {
+            stopped_age
+        };
+        let ended = state.ended_at.unwrap_or(p.started_at);
+        if now.duration_since(ended).unwrap_or_default() < threshold {
+            continue;
+        }
+        svc.daemon.forget(&p.id);
+        removed_ids.push(p.id.clone());
+    }
+    Ok(pb::CleanupResponse {
+        removed: u32::try_from(removed_ids.len()).unwrap_or(u32::MAX),
+        removed_ids,
+    })
+}

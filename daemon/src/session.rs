@@ -1,0 +1,112 @@
+//! Client sessions: each shim or CLI invocation registers its environment, default cwd and
+//! policy once; later calls name the session by id.
+//!
+//! Clients choose the id and may open it again at any time (after a daemon restart the daemon
+//! answers `unknown_session` and the client reopens transparently). Sessions idle for longer than
+//! [`SESSION_IDLE_EXPIRY`] are forgotten; processes never belong to a session's lifetime.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use yieldshell_proto::errors::ErrorKind;
+use yieldshell_proto::pb;
+use yieldshell_proto::session_config::bytes_os;
+
+use crate::policy::{Policy, PolicyFloor};
+
+/// Sessions unused for this long are dropped (their clients reopen them if they come back).
+pub const SESSION_IDLE_EXPIRY: Duration = Duration::from_secs(24 * 3600);
+
+/// Longest accepted session id.
+const MAX_SESSION_ID: usize = 128;
+
+/// One client session.
+#[derive(Debug)]
+pub struct Session {
+    /// Client-chosen id.
+    pub id: String,
+    /// `mcp-yieldshell`, `yieldctl`, …
+    pub client_name: String,
+    /// The client's environment; commands run with it.
+    pub env: Vec<(OsString, OsString)>,
+    /// Where commands run by default (as sent; resolved per exec).
+    pub default_cwd: PathBuf,
+    /// Compiled policy.
+    pub policy: Policy,
+    last_used: Mutex<Instant>,
+}
+
+impl Session {
+    fn touch(&self) {
+        *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    fn idle(&self) -> Duration {
+        self.last_used
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed()
+    }
+}
+
+/// All open sessions.
+#[derive(Debug, Default)]
+pub struct Sessions {
+    map: Mutex<HashMap<String, Arc<Session>>>,
+}
+
+impl Sessions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Session>>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Opens (or replaces) a session.
+    pub fn open(
+        &self,
+        req: pb::OpenSessionRequest,
+        floor: &PolicyFloor,
+    ) -> Result<Arc<Session>, (ErrorKind, String)> {
+        let invalid = |m: String| (ErrorKind::InvalidArgument, m);
+        if req.session_id.is_empty() || req.session_id.len() > MAX_SESSION_ID {
+            return Err(invalid(format!(
+                "session_id must be 1..={MAX_SESSION_ID} characters"
+            )));
+        }
+        let policy = Policy::compile(&req.policy.unwrap_or_default(), floor).map_err(invalid)?;
+        let session = Arc::new(Session {
+            id: req.session_id.clone(),
+            client_name: req.client_name,
+            env: req
+                .env
+                .into_iter()
+                .map(|v| (bytes_os(&v.name), bytes_os(&v.value)))
+                .collect(),
+            default_cwd: PathBuf::from(bytes_os(&req.default_cwd)),
+            policy,
+            last_used: Mutex::new(Instant::now()),
+        });
+        let mut map = self.lock();
+        map.retain(|_, s| s.idle() < SESSION_IDLE_EXPIRY);
+        map.insert(req.session_id, session.clone());
+        Ok(session)
+    }
+
+    /// Looks a session up (and marks it used).
+    pub fn get(&self, id: &str) -> Result<Arc<Session>, tonic::Status> {
+        let session = self.lock().get(id).cloned().ok_or_else(|| {
+            ErrorKind::UnknownSession.status(format!(
+                "session {id:?} is not open in this daemon (it may have restarted); open it again"
+            ))
+        })?;
+        session.touch();
+        Ok(session)
+    }
+
+    /// Number of open sessions.
+    pub fn count(&self) -> usize {
+        self.lock().len()
+    }
+}

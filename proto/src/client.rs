@@ -1,0 +1,542 @@
+//! Connecting to the daemon: socket transport, version handshake, race-safe auto-start, and a
+//! [`Session`] that survives daemon restarts.
+//!
+//! # Auto-start
+//! [`connect_or_start`] follows tmux's and atuin's pattern so that any number of concurrent
+//! clients leave exactly one daemon:
+//! 1. connect and handshake; done if a daemon answers;
+//! 2. otherwise take the start lock (`flock` on `yieldshelld.start.lock` beside the socket);
+//! 3. connect again — another client may have started the daemon meanwhile;
+//! 4. spawn `yieldshelld` fully detached (new session, stdio to a start log, a minimal
+//!    environment without the client's secrets), poll until it answers, then release the lock.
+//!
+//! The daemon's own instance lock is the last line of defence: a second daemon exits at once.
+//! `YIELDSHELL_NO_AUTOSTART=1` turns step 4 into a clear error.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tonic::transport::Channel;
+
+use crate::errors::ErrorKind;
+use crate::paths::{self, PathError};
+use crate::pb;
+use crate::pb::control_client::ControlClient;
+use crate::session_config::SessionConfig;
+
+/// Largest message either side accepts. Responses are bounded by `max_output_bytes` caps far
+/// below this; the limit exists so a bug or hostile peer cannot make us allocate without bound.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// How long a client waits for a daemon it started to answer.
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A connected, handshaken control-plane client.
+pub type Client = ControlClient<Channel>;
+
+/// Why a client could not reach or use the daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Nothing answers on the socket and auto-start is off.
+    #[error(
+        "no yieldshelld answers on {}: {reason}. Start it with `yieldshelld` (or `yieldctl daemon start`), or unset {} to let clients start it",
+        socket.display(), paths::ENV_NO_AUTOSTART
+    )]
+    NoDaemon {
+        /// The socket tried.
+        socket: PathBuf,
+        /// The connection error.
+        reason: String,
+    },
+    /// We tried to start the daemon and it did not come up.
+    #[error("could not start yieldshelld for {}: {detail}", socket.display())]
+    StartFailed {
+        /// The socket the daemon should have bound.
+        socket: PathBuf,
+        /// What went wrong, with the daemon's own error output when there is some.
+        detail: String,
+    },
+    /// The daemon speaks another protocol version.
+    #[error("{0}")]
+    ProtocolMismatch(String),
+    /// A private directory could not be prepared.
+    #[error(transparent)]
+    Path(#[from] PathError),
+    /// The daemon answered with an error.
+    #[error("{}", .0.message())]
+    Rpc(tonic::Status),
+    /// The connection broke during a call (for example the daemon restarted). The next call
+    /// reconnects.
+    #[error(
+        "lost the connection to yieldshelld ({0}); the daemon may have restarted — the next call reconnects"
+    )]
+    ConnectionLost(String),
+}
+
+impl ClientError {
+    /// The domain error kind, for exit codes and JSON bodies.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ClientError::Rpc(status) => ErrorKind::of_status(status),
+            ClientError::ProtocolMismatch(_) => ErrorKind::ProtocolMismatch,
+            ClientError::NoDaemon { .. }
+            | ClientError::StartFailed { .. }
+            | ClientError::ConnectionLost(_) => ErrorKind::DaemonUnavailable,
+            ClientError::Path(_) => ErrorKind::Internal,
+        }
+    }
+}
+
+/// How to find (and if need be start) the daemon.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// The daemon's socket.
+    pub socket: PathBuf,
+    /// Passed to a daemon we start (`None`: its default).
+    pub state_dir: Option<PathBuf>,
+    /// Start a daemon when none answers.
+    pub autostart: bool,
+    /// The daemon binary to start (`None`: next to this executable, then `PATH`).
+    pub daemon_bin: Option<PathBuf>,
+    /// Reported in the handshake and the daemon's log.
+    pub client_name: String,
+    /// How long to wait for a started daemon.
+    pub start_timeout: Duration,
+}
+
+impl ConnectOptions {
+    /// Options from the `YIELDSHELL_*` environment.
+    pub fn from_env(client_name: &str) -> ConnectOptions {
+        ConnectOptions {
+            socket: paths::default_socket_path(),
+            state_dir: std::env::var_os(paths::ENV_STATE_DIR)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+            autostart: paths::autostart_enabled(),
+            daemon_bin: std::env::var_os(paths::ENV_DAEMON_BIN)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+            client_name: client_name.to_string(),
+            start_timeout: DEFAULT_START_TIMEOUT,
+        }
+    }
+}
+
+/// A handshaken connection.
+#[derive(Debug, Clone)]
+pub struct Connection {
+    /// The gRPC client (cheap to clone).
+    pub client: Client,
+    /// The daemon's handshake answer.
+    pub hello: pb::HelloResponse,
+    /// Whether this call started the daemon.
+    pub started_daemon: bool,
+}
+
+fn describe_transport_error(err: &(dyn std::error::Error + 'static)) -> String {
+    // tonic's transport error prints only "transport error"; the io::Error underneath says why.
+    let mut parts = vec![err.to_string()];
+    let mut source = err.source();
+    while let Some(s) = source {
+        parts.push(s.to_string());
+        source = s.source();
+    }
+    parts.dedup();
+    parts.join(": ")
+}
+
+#[cfg(unix)]
+async fn open_channel(socket: &Path) -> Result<Channel, String> {
+    use hyper_util::rt::TokioIo;
+    let path = socket.to_path_buf();
+    tonic::transport::Endpoint::from_static("http://yieldshelld.local")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(&path).await?;
+                Ok::<_, io::Error>(TokioIo::new(stream))
+            }
+        }))
+        .await
+        .map_err(|e| describe_transport_error(&e))
+}
+
+#[cfg(windows)]
+async fn open_channel(socket: &Path) -> Result<Channel, String> {
+    use hyper_util::rt::TokioIo;
+    use interprocess::local_socket::{
+        GenericFilePath, ToFsName, tokio::Stream, traits::tokio::Stream as _,
+    };
+    let path = socket.to_path_buf();
+    tonic::transport::Endpoint::from_static("http://yieldshelld.local")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                let name = path.as_os_str().to_fs_name::<GenericFilePath>()?;
+                let stream = Stream::connect(name).await?;
+                Ok::<_, io::Error>(TokioIo::new(stream))
+            }
+        }))
+        .await
+        .map_err(|e| describe_transport_error(&e))
+}
+
+/// Connects and handshakes, without starting a daemon. `Err(Ok(reason))` means nothing answers;
+/// `Err(Err(e))` means a daemon answered but cannot be used.
+async fn try_connect(opts: &ConnectOptions) -> Result<Connection, Result<String, ClientError>> {
+    paths::check_socket_path_len(&opts.socket).map_err(|e| Err(e.into()))?;
+    let channel = open_channel(&opts.socket).await.map_err(Ok)?;
+    let mut client = ControlClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let hello = client
+        .hello(pb::HelloRequest {
+            protocol_version: crate::PROTOCOL_VERSION,
+            client_name: opts.client_name.clone(),
+            client_version: crate::VERSION.to_string(),
+        })
+        .await;
+    match hello {
+        Ok(resp) => Ok(Connection {
+            client,
+            hello: resp.into_inner(),
+            started_daemon: false,
+        }),
+        Err(status) => match ErrorKind::of_status(&status) {
+            ErrorKind::ProtocolMismatch => Err(Err(ClientError::ProtocolMismatch(
+                status.message().to_string(),
+            ))),
+            ErrorKind::DaemonUnavailable => Err(Ok(status.message().to_string())),
+            _ => Err(Err(ClientError::Rpc(status))),
+        },
+    }
+}
+
+/// Connects to a running daemon; never starts one.
+pub async fn connect(opts: &ConnectOptions) -> Result<Connection, ClientError> {
+    match try_connect(opts).await {
+        Ok(c) => Ok(c),
+        Err(Ok(reason)) => Err(ClientError::NoDaemon {
+            socket: opts.socket.clone(),
+            reason,
+        }),
+        Err(Err(e)) => Err(e),
+    }
+}
+
+/// Connects to the daemon, starting it first when none answers and `opts.autostart` is set.
+pub async fn connect_or_start(opts: &ConnectOptions) -> Result<Connection, ClientError> {
+    let first = match try_connect(opts).await {
+        Ok(c) => return Ok(c),
+        Err(Err(e)) => return Err(e),
+        Err(Ok(reason)) => reason,
+    };
+    if !opts.autostart {
+        return Err(ClientError::NoDaemon {
+            socket: opts.socket.clone(),
+            reason: first,
+        });
+    }
+    let socket_dir = opts
+        .socket
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    paths::ensure_private_dir(&socket_dir)?;
+
+    let deadline = Instant::now() + opts.start_timeout;
+    let lock = acquire_start_lock(&socket_dir, deadline, &opts.socket).await?;
+    // Another client may have started the daemon while we waited for the lock.
+    match try_connect(opts).await {
+        Ok(c) => return Ok(c),
+        Err(Err(e)) => return Err(e),
+        Err(Ok(_)) => {}
+    }
+    let result = start_daemon(opts, &socket_dir, deadline).await;
+    drop(lock);
+    result
+}
+
+async fn acquire_start_lock(
+    socket_dir: &Path,
+    deadline: Instant,
+    socket: &Path,
+) -> Result<std::fs::File, ClientError> {
+    let path = socket_dir.join("yieldshelld.start.lock");
+    // std opens files close-on-exec, so the daemon we spawn never inherits this lock.
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|source| PathError::Io {
+            what: "opening start lock",
+            path: path.clone(),
+            source,
+        })?;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) => {}
+            Err(std::fs::TryLockError::Error(source)) => {
+                return Err(PathError::Io {
+                    what: "locking",
+                    path,
+                    source,
+                }
+                .into());
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(ClientError::StartFailed {
+                socket: socket.to_path_buf(),
+                detail: format!(
+                    "another client holds {} and its daemon did not answer in time",
+                    path.display()
+                ),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Finds the daemon binary: the explicit option, then next to this executable, then `PATH`.
+pub fn find_daemon_binary(explicit: Option<&Path>) -> PathBuf {
+    if let Some(p) = explicit {
+        return p.to_path_buf();
+    }
+    let name = if cfg!(windows) {
+        "yieldshelld.exe"
+    } else {
+        "yieldshelld"
+    };
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(dir) = exe.parent()
+    {
+        let sibling = dir.join(name);
+        if sibling.is_file() {
+            return sibling;
+        }
+    }
+    PathBuf::from(name)
+}
+
+/// Variables an auto-started daemon inherits: enough to find programs, home and locale, and the
+/// `YIELDSHELL_*` location settings. Never the client's secrets: commands get the session's
+/// environment from each client anyway.
+fn inherited_by_daemon(name: &str) -> bool {
+    matches!(
+        name,
+        "PATH" | "HOME" | "USER" | "LOGNAME" | "LANG" | "TZ" | "TMPDIR" | "RUST_LOG"
+    ) || name.starts_with("LC_")
+        || name.starts_with("XDG_")
+        || (name.starts_with("YIELDSHELL_")
+            && matches!(
+                name,
+                paths::ENV_SOCKET | paths::ENV_STATE_DIR | paths::ENV_CONFIG | "YIELDSHELL_LOG"
+            ))
+}
+
+async fn start_daemon(
+    opts: &ConnectOptions,
+    socket_dir: &Path,
+    deadline: Instant,
+) -> Result<Connection, ClientError> {
+    let bin = find_daemon_binary(opts.daemon_bin.as_deref());
+    let start_log_path = socket_dir.join("yieldshelld.start.log");
+    let fail = |detail: String| ClientError::StartFailed {
+        socket: opts.socket.clone(),
+        detail,
+    };
+    let start_log = std::fs::File::create(&start_log_path)
+        .map_err(|e| fail(format!("creating {}: {e}", start_log_path.display())))?;
+    let mut cmd = std::process::Command::new(&bin);
+    cmd.arg("--socket").arg(&opts.socket);
+    if let Some(state) = &opts.state_dir {
+        cmd.arg("--state-dir").arg(state);
+    }
+    cmd.env_clear();
+    for (k, v) in std::env::vars_os() {
+        if k.to_str().is_some_and(inherited_by_daemon) {
+            cmd.env(k, v);
+        }
+    }
+    cmd.stdin(std::process::Stdio::null());
+    let out = start_log
+        .try_clone()
+        .map_err(|e| fail(format!("duplicating start log: {e}")))?;
+    cmd.stdout(out).stderr(start_log);
+    detach(&mut cmd);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| fail(format!("running {}: {e}", bin.display())))?;
+
+    let mut delay = Duration::from_millis(2);
+    loop {
+        match try_connect(opts).await {
+            Ok(mut c) => {
+                c.started_daemon = true;
+                // The daemon is our child until we exit: reap it whenever it ends so it never
+                // lingers as a zombie of a long-lived client.
+                std::thread::spawn(move || {
+                    let _ = child.wait();
+                });
+                return Ok(c);
+            }
+            Err(Err(e)) => return Err(e),
+            Err(Ok(reason)) => {
+                if let Ok(Some(status)) = child.try_wait() {
+                    let log = std::fs::read_to_string(&start_log_path).unwrap_or_default();
+                    return Err(fail(format!(
+                        "{} exited ({status}){}",
+                        bin.display(),
+                        if log.trim().is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {}", log.trim())
+                        }
+                    )));
+                }
+                if Instant::now() >= deadline {
+                    return Err(fail(format!(
+                        "{} did not answer within {:?} (last error: {reason}); see {}",
+                        bin.display(),
+                        opts.start_timeout,
+                        start_log_path.display()
+                    )));
+                }
+            }
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_millis(50));
+    }
+}
+
+#[cfg(unix)]
+fn detach(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs between fork and exec and calls only setsid(2), which is
+    // async-signal-safe. A new session puts the daemon outside the client's process group and
+    // terminal, so an editor killing its group (or hanging up) does not reach it.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid()?;
+            Ok(())
+        });
+    }
+}
+
+#[cfg(windows)]
+fn detach(cmd: &mut std::process::Command) {
+    use std::os::windows::process::CommandExt;
+    const DETACHED_PROCESS: u32 = 0x0000_0008;
+    const CREATE_NEW_PROCESS_GROUP: u32 = 0x0000_0200;
+    cmd.creation_flags(DETACHED_PROCESS | CREATE_NEW_PROCESS_GROUP);
+}
+
+/// A client session: the context sent with `OpenSession`, and a connection that is re-established
+/// (daemon started again if need be, session reopened) after the daemon restarts.
+#[derive(Debug)]
+pub struct Session {
+    opts: ConnectOptions,
+    open: pb::OpenSessionRequest,
+    conn: tokio::sync::Mutex<Option<Client>>,
+}
+
+impl Session {
+    /// A new session with a fresh id; nothing is sent until the first call.
+    pub fn new(opts: ConnectOptions, config: &SessionConfig) -> Session {
+        let id = uuid::Uuid::new_v4().to_string();
+        let open = config.open_request(&id, &opts.client_name);
+        Session {
+            opts,
+            open,
+            conn: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The session id to put in every request.
+    pub fn id(&self) -> &str {
+        &self.open.session_id
+    }
+
+    /// The connection options.
+    pub fn options(&self) -> &ConnectOptions {
+        &self.opts
+    }
+
+    async fn open_session(&self, client: &mut Client) -> Result<(), ClientError> {
+        client.open_session(self.open.clone()).await.map_err(
+            |status| match ErrorKind::of_status(&status) {
+                ErrorKind::DaemonUnavailable => {
+                    ClientError::ConnectionLost(status.message().to_string())
+                }
+                _ => ClientError::Rpc(status),
+            },
+        )?;
+        Ok(())
+    }
+
+    /// A connected client with this session open, connecting (and starting the daemon) first if
+    /// needed.
+    pub async fn client(&self) -> Result<Client, ClientError> {
+        let mut guard = self.conn.lock().await;
+        if let Some(c) = guard.as_ref() {
+            return Ok(c.clone());
+        }
+        let mut conn = connect_or_start(&self.opts).await?;
+        self.open_session(&mut conn.client).await?;
+        *guard = Some(conn.client.clone());
+        Ok(conn.client)
+    }
+
+    /// Forgets the connection, so the next call reconnects.
+    pub async fn reset(&self) {
+        *self.conn.lock().await = None;
+    }
+
+    /// Runs one RPC. A daemon that forgot the session (it restarted) gets it reopened and the
+    /// call is retried once — safe, because an unknown session is refused before anything
+    /// happens. A broken connection is reported and forgotten; the next call reconnects.
+    pub async fn call<T, F, Fut>(&self, rpc: F) -> Result<T, ClientError>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let mut client = self.client().await?;
+        let mut reopened = false;
+        loop {
+            match rpc(client.clone()).await {
+                Ok(resp) => return Ok(resp.into_inner()),
+                Err(status) => match ErrorKind::of_status(&status) {
+                    ErrorKind::UnknownSession if !reopened => {
+                        reopened = true;
+                        self.open_session(&mut client).await?;
+                    }
+                    ErrorKind::DaemonUnavailable => {
+                        self.reset().await;
+                        return Err(ClientError::ConnectionLost(status.message().to_string()));
+                    }
+                    _ => return Err(ClientError::Rpc(status)),
+                },
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn daemon_inherits_no_secrets_or_policy() {
+        assert!(inherited_by_daemon("PATH"));
+        assert!(inherited_by_daemon("XDG_RUNTIME_DIR"));
+        assert!(inherited_by_daemon("YIELDSHELL_SOCKET"));
+        assert!(!inherited_by_daemon("GITHUB_TOKEN"));
+        assert!(!inherited_by_daemon("YIELDSHELL_ALLOWED_CWDS"));
+        assert!(!inherited_by_daemon("AWS_SECRET_ACCESS_KEY"));
+    }
+}

@@ -1,0 +1,32 @@
+//! The YieldShell control-plane contract and the client code every YieldShell client shares.
+//!
+//! - [`pb`]: the gRPC messages and the `Control` service generated from
+//!   `proto/yieldshell/v1/control.proto` (built with protox, so no `protoc` is needed).
+//! - [`paths`]: where the daemon's socket, state and config live, and the private-directory
+//!   checks both sides apply.
+//! - [`errors`]: the `ys-error-kind` metadata that names each domain error, so clients branch on
+//!   kinds instead of parsing messages.
+//! - [`session_config`]: a client session's environment, default cwd and policy, read from the
+//!   `YIELDSHELL_*` variables and validated before anything is sent.
+//! - [`client`]: connect, version handshake, race-safe daemon auto-start, and a [`client::Session`]
+//!   that reopens itself after a daemon restart.
+//! - [`views`]: the JSON objects the MCP tools return; `yieldctl --json` prints the same ones.
+
+pub mod client;
+pub mod errors;
+pub mod paths;
+pub mod session_config;
+pub mod views;
+
+/// Generated gRPC types for `yieldshell.v1`.
+#[allow(missing_docs, clippy::all)] // generated code: documented in the .proto file
+pub mod pb {
+    tonic::include_proto!("yieldshell.v1");
+}
+
+/// This build's version, reported in the handshake and in `Status`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Control-plane protocol version. Clients and daemons must agree on it; a change here is a
+/// breaking change of `control.proto`.
+pub const PROTOCOL_VERSION: u32 = 1;

@@ -1,0 +1,462 @@
+//! The JSON objects the MCP tools return (DESIGN §3), built from control-plane responses.
+//!
+//! `mcp-yieldshell` returns these as `structuredContent` (their JSON Schemas become the tools'
+//! `outputSchema`s) and `yieldctl --json` prints the very same objects, so scripts and agents see
+//! one format. Every field a tool names is always present, `null` when it has no value. Output
+//! bytes become text here, at the edge: invalid UTF-8 is replaced (U+FFFD) and `lossy` says so.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::pb;
+
+/// Lowercase status name of a process (`running`, `completed`, `stopped`, `timed_out`, `failed`,
+/// `lost`).
+pub fn process_status_name(status: i32) -> &'static str {
+    match pb::ProcessStatus::try_from(status).unwrap_or(pb::ProcessStatus::Unspecified) {
+        pb::ProcessStatus::Running => "running",
+        pb::ProcessStatus::Completed => "completed",
+        pb::ProcessStatus::Stopped => "stopped",
+        pb::ProcessStatus::TimedOut => "timed_out",
+        pb::ProcessStatus::Failed => "failed",
+        pb::ProcessStatus::Lost => "lost",
+        pb::ProcessStatus::Unspecified => "unknown",
+    }
+}
+
+/// Lowercase status name of an `exec` outcome.
+pub fn exec_status_name(status: i32) -> &'static str {
+    match pb::ExecStatus::try_from(status).unwrap_or(pb::ExecStatus::Unspecified) {
+        pb::ExecStatus::Completed => "completed",
+        pb::ExecStatus::Backgrounded => "backgrounded",
+        pb::ExecStatus::TimedOut => "timed_out",
+        pb::ExecStatus::Stopped => "stopped",
+        pb::ExecStatus::FailedToStart => "failed_to_start",
+        pb::ExecStatus::Failed => "failed",
+        pb::ExecStatus::Lost => "lost",
+        pb::ExecStatus::Unspecified => "unknown",
+    }
+}
+
+/// Formats Unix milliseconds as RFC 3339 UTC with milliseconds.
+pub fn format_unix_ms(ms: i64) -> String {
+    let t =
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// Decodes output bytes for JSON; the flag is true when bytes had to be replaced.
+pub fn text(bytes: &[u8]) -> (String, bool) {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => (s.to_string(), false),
+        Err(_) => (String::from_utf8_lossy(bytes).into_owned(), true),
+    }
+}
+
+/// Response of the `exec` tool.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ExecView {
+    /// Id for `read`/`write`/`wait`/`stop`; null only when the command failed to start.
+    pub process_id: Option<String>,
+    /// `completed`, `backgrounded`, `timed_out`, `stopped`, `failed_to_start` or `failed`.
+    pub status: String,
+    /// Run time so far (or in total, once exited).
+    pub duration_ms: u64,
+    /// Latest stdout (at most `max_output_bytes`).
+    pub stdout: String,
+    /// Latest stderr (at most `max_output_bytes`).
+    pub stderr: String,
+    /// True when earlier output is not in this response (page it with `read` from `first_seq`
+    /// backwards via `since_seq`).
+    pub truncated: bool,
+    /// Pass as `since_seq` to `read` to get only output after this response.
+    pub next_seq: u64,
+    /// Sequence number where the returned output starts.
+    pub first_seq: u64,
+    /// Exit code once exited normally; null while running or when ended by a signal.
+    pub exit_code: Option<i32>,
+    /// Signal name (`SIGKILL`) when ended by a signal.
+    pub signal: Option<String>,
+    /// OS process id of the shell.
+    pub pid: Option<u32>,
+    /// One line naming the next call to make.
+    pub message: Option<String>,
+    /// Why the command failed to start.
+    pub error: Option<String>,
+    /// Machine-readable error kind when `error` is set.
+    pub error_kind: Option<String>,
+    /// Total stdout lines so far.
+    pub stdout_lines: u64,
+    /// Total stderr lines so far.
+    pub stderr_lines: u64,
+    /// Descendants still running after the shell exited.
+    pub descendants_running: u32,
+    /// True when output had invalid UTF-8 that was replaced.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lossy: bool,
+}
+
+impl ExecView {
+    /// A refusal before any process existed.
+    pub fn failed_to_start(error: String, error_kind: &str) -> ExecView {
+        ExecView {
+            process_id: None,
+            status: "failed_to_start".into(),
+            duration_ms: 0,
+            stdout: String::new(),
+            stderr: String::new(),
+            truncated: false,
+            next_seq: 1,
+            first_seq: 1,
+            exit_code: None,
+            signal: None,
+            pid: None,
+            message: None,
+            error: Some(error),
+            error_kind: Some(error_kind.to_string()),
+            stdout_lines: 0,
+            stderr_lines: 0,
+            descendants_running: 0,
+            lossy: false,
+        }
+    }
+}
+
+impl From<&pb::ExecResponse> for ExecView {
+    fn from(r: &pb::ExecResponse) -> ExecView {
+        let status = exec_status_name(r.status).to_string();
+        let Some(p) = r.process.as_ref() else {
+            return ExecView::failed_to_start(r.error.clone(), &r.error_kind);
+        };
+        let out = r.output.clone().unwrap_or_default();
+        let (stdout, lossy_out) = text(&out.stdout);
+        let (stderr, lossy_err) = text(&out.stderr);
+        let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+        ExecView {
+            process_id: Some(p.process_id.clone()),
+            status,
+            duration_ms: p.duration_ms,
+            stdout,
+            stderr,
+            truncated: out.truncated,
+            next_seq: out.next_seq,
+            first_seq: out.first_seq,
+            exit_code: p.exit_code,
+            signal: p.signal.clone(),
+            pid: p.pid,
+            message: non_empty(&r.message),
+            error: non_empty(&r.error),
+            error_kind: non_empty(&r.error_kind),
+            stdout_lines: p.stdout_lines,
+            stderr_lines: p.stderr_lines,
+            descendants_running: p.descendants_running,
+            lossy: lossy_out || lossy_err,
+        }
+    }
+}
+
+/// Which streams a `read` selected, to decide which text fields appear.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamSelection {
+    /// stdout and stderr.
+    Both,
+    /// stdout only.
+    Stdout,
+    /// stderr only.
+    Stderr,
+}
+
+impl StreamSelection {
+    /// The control-plane enum value.
+    pub fn to_pb(self) -> pb::Streams {
+        match self {
+            StreamSelection::Both => pb::Streams::Both,
+            StreamSelection::Stdout => pb::Streams::Stdout,
+            StreamSelection::Stderr => pb::Streams::Stderr,
+        }
+    }
+
+    /// Parses `both`, `stdout` or `stderr`.
+    pub fn parse(s: &str) -> Option<StreamSelection> {
+        match s {
+            "both" => Some(StreamSelection::Both),
+            "stdout" => Some(StreamSelection::Stdout),
+            "stderr" => Some(StreamSelection::Stderr),
+            _ => None,
+        }
+    }
+}
+
+/// Response of the `read` tool.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ReadView {
+    /// The process read.
+    pub process_id: String,
+    /// `running`, `completed`, `stopped`, `timed_out`, `failed` or `lost`.
+    pub status: String,
+    /// Exit code once exited normally.
+    pub exit_code: Option<i32>,
+    /// Signal name when ended by a signal.
+    pub signal: Option<String>,
+    /// Pass as `since_seq` next time to continue exactly after this response.
+    pub next_seq: u64,
+    /// Sequence number where the returned output starts.
+    pub first_seq: u64,
+    /// True when requested bytes were left out (evicted from the buffer, or earlier than a
+    /// latest-output window).
+    pub truncated: bool,
+    /// True when more output is already available after `next_seq`.
+    pub has_more: bool,
+    /// stdout text (absent when `streams` is `stderr`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<String>,
+    /// stderr text (absent when `streams` is `stdout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
+    /// Total stdout lines so far.
+    pub stdout_lines: u64,
+    /// Total stderr lines so far.
+    pub stderr_lines: u64,
+    /// Descendants still running after the shell exited.
+    pub descendants_running: u32,
+    /// True when output had invalid UTF-8 that was replaced.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lossy: bool,
+}
+
+impl ReadView {
+    /// Builds the view of a process and an output window.
+    pub fn new(p: &pb::ProcessInfo, out: &pb::Output, streams: StreamSelection) -> ReadView {
+        let (stdout, lossy_out) = text(&out.stdout);
+        let (stderr, lossy_err) = text(&out.stderr);
+        ReadView {
+            process_id: p.process_id.clone(),
+            status: process_status_name(p.status).to_string(),
+            exit_code: p.exit_code,
+            signal: p.signal.clone(),
+            next_seq: out.next_seq,
+            first_seq: out.first_seq,
+            truncated: out.truncated,
+            has_more: out.has_more,
+            stdout: (streams != StreamSelection::Stderr).then_some(stdout),
+            stderr: (streams != StreamSelection::Stdout).then_some(stderr),
+            stdout_lines: p.stdout_lines,
+            stderr_lines: p.stderr_lines,
+            descendants_running: p.descendants_running,
+            lossy: lossy_out || lossy_err,
+        }
+    }
+}
+
+/// Response of the `wait` tool: `read`'s fields plus the outcome of the wait.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct WaitView {
+    /// The output and state, as `read` returns them.
+    #[serde(flatten)]
+    pub read: ReadView,
+    /// `exited`, `deadline_reached` (the process keeps running) or `matched` (`until` matched).
+    pub wait_result: String,
+    /// The output line that matched `until`.
+    pub matched_line: Option<String>,
+    /// Run time so far (or in total, once exited).
+    pub duration_ms: u64,
+}
+
+impl From<&pb::WaitResponse> for WaitView {
+    fn from(r: &pb::WaitResponse) -> WaitView {
+        let p = r.process.clone().unwrap_or_default();
+        let out = r.output.clone().unwrap_or_default();
+        let wait_result = match pb::WaitResult::try_from(r.result).unwrap_or_default() {
+            pb::WaitResult::Exited => "exited",
+            pb::WaitResult::DeadlineReached => "deadline_reached",
+            pb::WaitResult::Matched => "matched",
+            pb::WaitResult::Unspecified => "unknown",
+        };
+        WaitView {
+            read: ReadView::new(&p, &out, StreamSelection::Both),
+            wait_result: wait_result.to_string(),
+            matched_line: r
+                .matched_seq
+                .map(|_| String::from_utf8_lossy(&r.matched_line).into_owned()),
+            duration_ms: p.duration_ms,
+        }
+    }
+}
+
+/// Response of the `write` tool.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct WriteView {
+    /// The process written to.
+    pub process_id: String,
+    /// True when every byte was written (and stdin closed, if asked).
+    pub ok: bool,
+    /// Why the write failed.
+    pub error: Option<String>,
+    /// Machine-readable error kind when `error` is set.
+    pub error_kind: Option<String>,
+}
+
+/// Response of the `stop` tool.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct StopView {
+    /// The process stopped.
+    pub process_id: String,
+    /// True once the whole process tree is gone because of this call.
+    pub stopped: bool,
+    /// The signal sent first.
+    pub signal: Option<String>,
+    /// Status after the call.
+    pub status: Option<String>,
+    /// Exit code, when the process exited normally.
+    pub exit_code: Option<i32>,
+    /// True when the grace period ran out and SIGKILL was sent.
+    pub escalated: bool,
+    /// Why nothing was stopped.
+    pub error: Option<String>,
+    /// Machine-readable error kind when `error` is set.
+    pub error_kind: Option<String>,
+}
+
+impl From<&pb::StopResponse> for StopView {
+    fn from(r: &pb::StopResponse) -> StopView {
+        let p = r.process.clone().unwrap_or_default();
+        let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+        StopView {
+            process_id: p.process_id.clone(),
+            stopped: r.stopped,
+            signal: non_empty(&r.signal),
+            status: Some(process_status_name(p.status).to_string()),
+            exit_code: p.exit_code,
+            escalated: r.escalated,
+            error: non_empty(&r.error),
+            error_kind: non_empty(&r.error_kind),
+        }
+    }
+}
+
+/// One entry of `ps`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ProcessSummary {
+    /// Process id for the other tools.
+    pub process_id: String,
+    /// OS process id of the shell.
+    pub pid: Option<u32>,
+    /// The name given at `exec`, if any.
+    pub name: Option<String>,
+    /// The command line.
+    pub command: String,
+    /// Working directory.
+    pub cwd: String,
+    /// `running`, `completed`, `stopped`, `timed_out`, `failed` or `lost`.
+    pub status: String,
+    /// Exit code once exited normally.
+    pub exit_code: Option<i32>,
+    /// Signal name when ended by a signal.
+    pub signal: Option<String>,
+    /// Start time, RFC 3339 UTC.
+    pub started_at: String,
+    /// End time, RFC 3339 UTC.
+    pub ended_at: Option<String>,
+    /// Run time so far (or in total).
+    pub duration_ms: u64,
+    /// stdout bytes captured.
+    pub stdout_bytes: u64,
+    /// stderr bytes captured.
+    pub stderr_bytes: u64,
+    /// stdout lines captured.
+    pub stdout_lines: u64,
+    /// stderr lines captured.
+    pub stderr_lines: u64,
+    /// Descendants still running after the shell exited.
+    pub descendants_running: u32,
+    /// Why a `lost` process was lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_reason: Option<String>,
+}
+
+impl From<&pb::ProcessInfo> for ProcessSummary {
+    fn from(p: &pb::ProcessInfo) -> ProcessSummary {
+        ProcessSummary {
+            process_id: p.process_id.clone(),
+            pid: p.pid,
+            name: (!p.name.is_empty()).then(|| p.name.clone()),
+            command: String::from_utf8_lossy(&p.command).into_owned(),
+            cwd: String::from_utf8_lossy(&p.cwd).into_owned(),
+            status: process_status_name(p.status).to_string(),
+            exit_code: p.exit_code,
+            signal: p.signal.clone(),
+            started_at: format_unix_ms(p.started_at_unix_ms),
+            ended_at: p.ended_at_unix_ms.map(format_unix_ms),
+            duration_ms: p.duration_ms,
+            stdout_bytes: p.stdout_bytes,
+            stderr_bytes: p.stderr_bytes,
+            stdout_lines: p.stdout_lines,
+            stderr_lines: p.stderr_lines,
+            descendants_running: p.descendants_running,
+            lost_reason: p.lost_reason.clone(),
+        }
+    }
+}
+
+/// Response of the `ps` tool.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct PsView {
+    /// Newest started first.
+    pub processes: Vec<ProcessSummary>,
+}
+
+/// Response of the `cleanup` tool.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct CleanupView {
+    /// How many records were removed.
+    pub removed: u32,
+}
+
+/// Error body of a tool that takes a `process_id`: always echoes the id.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ProcessErrorView {
+    /// The id the call named.
+    pub process_id: String,
+    /// What went wrong, in words an agent can act on.
+    pub error: String,
+    /// Machine-readable kind (`unknown_process`, `process_exited`, …).
+    pub error_kind: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lossy_text_is_flagged() {
+        assert_eq!(text(b"ok"), ("ok".to_string(), false));
+        let (s, lossy) = text(b"a\xffb");
+        assert!(lossy);
+        assert_eq!(s, "a\u{fffd}b");
+    }
+
+    #[test]
+    fn read_view_omits_the_unselected_stream() {
+        let p = pb::ProcessInfo {
+            process_id: "proc_1".into(),
+            status: pb::ProcessStatus::Running as i32,
+            ..Default::default()
+        };
+        let out = pb::Output {
+            stdout: b"o".to_vec(),
+            stderr: b"e".to_vec(),
+            ..Default::default()
+        };
+        let v =
+            serde_json::to_value(ReadView::new(&p, &out, StreamSelection::Stdout)).expect("json");
+        assert_eq!(v["stdout"], "o");
+        assert!(v.get("stderr").is_none());
+        assert_eq!(v["exit_code"], serde_json::Value::Null);
+        assert_eq!(v["status"], "running");
+    }
+
+    #[test]
+    fn times_are_rfc3339() {
+        assert_eq!(format_unix_ms(1_500), "1970-01-01T00:00:01.500Z");
+    }
+}

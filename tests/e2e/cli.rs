@@ -1,0 +1,176 @@
+//! `yieldctl` as a user runs it: exit codes, `--json` shapes, byte-exact output, pipes.
+
+use std::io::Read;
+use std::process::Stdio;
+
+use crate::helper::{TestDaemon, json, run, testbin};
+
+#[tokio::test]
+async fn exec_runs_in_the_foreground_and_mirrors_the_exit_code() {
+    let d = TestDaemon::start().await;
+    let out = run(d
+        .yieldctl()
+        .args(["exec", "--", "echo hi; echo oops >&2; exit 3"]));
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(out.stdout, b"hi\n");
+    assert_eq!(out.stderr, b"oops\n");
+}
+
+#[tokio::test]
+async fn exec_json_has_the_exec_tool_fields() {
+    let d = TestDaemon::start().await;
+    let out = run(d.yieldctl().args(["--json", "exec", "--", "echo hi"]));
+    assert!(out.status.success());
+    let v = json(&out);
+    for field in [
+        "process_id",
+        "status",
+        "duration_ms",
+        "stdout",
+        "stderr",
+        "truncated",
+        "next_seq",
+        "exit_code",
+        "signal",
+        "pid",
+        "message",
+        "error",
+    ] {
+        assert!(v.get(field).is_some(), "missing {field}: {v}");
+    }
+    assert_eq!(v["status"], "completed");
+    assert_eq!(v["stdout"], "hi\n");
+    assert_eq!(v["next_seq"], 4);
+    assert_eq!(v["exit_code"], 0);
+    assert_eq!(v["signal"], serde_json::Value::Null);
+}
+
+#[tokio::test]
+async fn a_backgrounded_exec_can_be_followed_to_the_end_and_waited_for() {
+    let d = TestDaemon::start().await;
+    let gate = d.dir.path().join("gate");
+    std::fs::write(&gate, b"").expect("gate");
+    let cmd = format!(
+        "echo one; while [ -e {g} ]; do sleep 0.05; done; echo two; exit 4",
+        g = gate.display()
+    );
+    let out = run(d
+        .yieldctl()
+        .args(["--json", "exec", "--yield-ms", "100", "--", &cmd]));
+    let v = json(&out);
+    assert_eq!(v["status"], "backgrounded");
+    let id = v["process_id"].as_str().expect("id").to_string();
+    let mut follow = d
+        .yieldctl()
+        .args(["read", &id, "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("follow");
+    std::fs::remove_file(&gate).expect("release");
+    let mut followed = Vec::new();
+    follow
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_end(&mut followed)
+        .expect("read");
+    assert!(follow.wait().expect("wait").success());
+    assert_eq!(
+        followed, b"one\ntwo\n",
+        "follow prints everything once and ends with the process"
+    );
+    let waited = run(d.yieldctl().args(["wait", &id]));
+    assert_eq!(waited.status.code(), Some(4));
+}
+
+#[tokio::test]
+async fn read_into_a_closed_pipe_exits_zero() {
+    let d = TestDaemon::start().await;
+    let c = d.session();
+    let r = c.exec(&format!("{} flood 3000000", testbin())).await;
+    let id = r.process.expect("p").process_id;
+    let mut child = d
+        .yieldctl()
+        .args(["read", &id, "--all"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("read");
+    let mut first = [0u8; 10];
+    child
+        .stdout
+        .as_mut()
+        .expect("stdout")
+        .read_exact(&mut first)
+        .expect("first bytes");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn ps_stop_wait_and_write_have_documented_exit_codes() {
+    let d = TestDaemon::start().await;
+    let v = json(&run(d.yieldctl().args([
+        "--json",
+        "exec",
+        "--yield-ms",
+        "0",
+        "--name",
+        "sleeper",
+        "--",
+        "sleep 60",
+    ])));
+    let id = v["process_id"].as_str().expect("id").to_string();
+    let ps = json(&run(d.yieldctl().args(["--json", "ps"])));
+    let entry = ps["processes"]
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|p| p["process_id"] == id.as_str())
+        .expect("listed")
+        .clone();
+    assert_eq!(entry["name"], "sleeper");
+    assert_eq!(entry["status"], "running");
+    let human = run(d.yieldctl().args(["ps"]));
+    assert!(String::from_utf8_lossy(&human.stdout).contains(&id));
+    let timed = run(d.yieldctl().args(["wait", &id, "--timeout-ms", "100"]));
+    assert_eq!(timed.status.code(), Some(124));
+    let stop = json(&run(d.yieldctl().args(["--json", "stop", &id])));
+    assert_eq!(stop["stopped"], true);
+    let unknown = run(d.yieldctl().args(["--json", "stop", "proc_000000000000"]));
+    assert_eq!(unknown.status.code(), Some(1));
+    let body = json(&unknown);
+    assert_eq!(body["process_id"], "proc_000000000000");
+    assert_eq!(body["stopped"], false);
+    assert_eq!(body["error_kind"], "unknown_process");
+    let w = run(d.yieldctl().args(["--json", "write", &id, "x"]));
+    assert_eq!(w.status.code(), Some(1));
+    assert_eq!(json(&w)["ok"], false);
+}
+
+#[tokio::test]
+async fn without_a_daemon_and_autostart_off_the_error_is_clear() {
+    let dir = TestDaemon::new_dir();
+    let out = run(std::process::Command::new(crate::helper::bin("yieldctl"))
+        .args(["ps"])
+        .env("YIELDSHELL_SOCKET", dir.path().join("none.sock"))
+        .env("YIELDSHELL_NO_AUTOSTART", "1"));
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no yieldshelld answers") && err.contains("YIELDSHELL_NO_AUTOSTART"),
+        "{err}"
+    );
+}

@@ -1,0 +1,296 @@
+//! The daemon's lifecycle and security: socket modes, other users, single instance, auto-start,
+//! graceful shutdown, crash recovery.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::process::Stdio;
+
+use yieldshell_proto::pb;
+
+use crate::helper::{Pid, TestDaemon, bin, eventually_blocking, json, run, testbin};
+
+#[tokio::test]
+async fn socket_is_0600_in_a_0700_directory() {
+    let d = TestDaemon::start().await;
+    let sock = std::fs::symlink_metadata(&d.socket).expect("socket");
+    assert_eq!(sock.mode() & 0o777, 0o600);
+    let dir = std::fs::metadata(d.socket.parent().expect("dir")).expect("dir");
+    assert_eq!(dir.mode() & 0o777, 0o700);
+    let state = std::fs::metadata(&d.state).expect("state");
+    assert_eq!(state.mode() & 0o077, 0);
+}
+
+#[tokio::test]
+async fn a_daemon_refuses_a_socket_directory_with_loose_permissions() {
+    let dir = TestDaemon::new_dir();
+    let run_dir = dir.path().join("run");
+    std::fs::create_dir(&run_dir).expect("mkdir");
+    std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let out = std::process::Command::new(bin("yieldshelld"))
+        .arg("--socket")
+        .arg(run_dir.join("d.sock"))
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .output()
+        .expect("run daemon");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unsafe permissions"), "{err}");
+}
+
+#[tokio::test]
+async fn a_second_daemon_on_the_same_state_or_socket_exits_and_leaves_the_first_alone() {
+    let d = TestDaemon::start().await;
+    let out = d.command().output().expect("second daemon");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already runs"));
+    // Same socket, different state dir: the live socket is detected and left untouched.
+    let other_state = d.dir.path().join("state2");
+    let out = std::process::Command::new(bin("yieldshelld"))
+        .arg("--socket")
+        .arg(&d.socket)
+        .arg("--state-dir")
+        .arg(&other_state)
+        .output()
+        .expect("third daemon");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already answers"));
+    assert!(
+        yieldshell_proto::client::connect(&d.opts()).await.is_ok(),
+        "first daemon still serves"
+    );
+}
+
+#[tokio::test]
+async fn another_user_is_refused() {
+    if !nix::unistd::geteuid().is_root()
+        || std::process::Command::new("setpriv")
+            .arg("--version")
+            .output()
+            .is_err()
+    {
+        eprintln!("SKIPPED: needs root and setpriv to run a client as another uid");
+        return;
+    }
+    let d = TestDaemon::start().await;
+    // A copy of yieldctl that uid 65534 may execute.
+    let pub_dir = tempfile::Builder::new()
+        .prefix("ys-pub-")
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    std::fs::set_permissions(pub_dir.path(), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod");
+    let ctl = pub_dir.path().join("yieldctl");
+    std::fs::copy(bin("yieldctl"), &ctl).expect("copy");
+    let as_nobody = |socket: &std::path::Path| {
+        let mut c = std::process::Command::new("setpriv");
+        c.args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .arg(&ctl)
+            .args(["--json", "ps"])
+            .env("YIELDSHELL_SOCKET", socket)
+            .env("YIELDSHELL_NO_AUTOSTART", "1")
+            .env("HOME", "/tmp")
+            .current_dir("/tmp");
+        run(&mut c)
+    };
+    // 1. The 0700 directory keeps other users from even reaching the socket.
+    let out = as_nobody(&d.socket);
+    assert!(!out.status.success());
+    let body = json(&out);
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("ermission denied"),
+        "{body}"
+    );
+
+    // 2. Even with the permissions opened on purpose, the peer-uid check refuses the call.
+    let open = |p: &std::path::Path, mode| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod")
+    };
+    open(d.dir.path(), 0o711);
+    open(d.socket.parent().expect("dir"), 0o711);
+    open(&d.socket, 0o666);
+    let out = as_nobody(&d.socket);
+    assert!(!out.status.success());
+    let body = json(&out);
+    assert_eq!(body["error_kind"], "permission_denied", "{body}");
+    assert!(
+        body["error"].as_str().unwrap_or_default().contains("65534"),
+        "{body}"
+    );
+    // The owner still gets in.
+    assert!(run(d.yieldctl().args(["ps"])).status.success());
+}
+
+#[tokio::test]
+async fn ten_concurrent_auto_starting_clients_leave_exactly_one_daemon() {
+    let dir = TestDaemon::new_dir();
+    let socket = dir.path().join("run").join("d.sock");
+    let state = dir.path().join("state");
+    let children: Vec<_> = (0..10)
+        .map(|_| {
+            std::process::Command::new(bin("yieldctl"))
+                .args(["--json", "daemon", "start"])
+                .env("YIELDSHELL_SOCKET", &socket)
+                .env("YIELDSHELL_STATE_DIR", &state)
+                .env("YIELDSHELL_DAEMON_BIN", bin("yieldshelld"))
+                .env_remove("YIELDSHELL_NO_AUTOSTART")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn yieldctl")
+        })
+        .collect();
+    let mut pids = Vec::new();
+    let mut started = 0;
+    for c in children {
+        let out = c.wait_with_output().expect("wait");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v = json(&out);
+        pids.push(v["pid"].as_u64().expect("pid"));
+        if v["started"] == true {
+            started += 1;
+        }
+    }
+    pids.dedup();
+    assert_eq!(
+        pids.len(),
+        1,
+        "clients talked to different daemons: {pids:?}"
+    );
+    assert_eq!(started, 1, "exactly one client started the daemon");
+    let daemons = daemon_pids_for(&socket);
+    assert_eq!(daemons.len(), 1, "daemon processes: {daemons:?}");
+    // The auto-started daemon is detached: its own session, not ours.
+    let sid = nix::unistd::getsid(Some(nix::unistd::Pid::from_raw(daemons[0]))).expect("sid");
+    assert_eq!(sid.as_raw(), daemons[0]);
+    let stop = run(std::process::Command::new(bin("yieldctl"))
+        .args(["daemon", "stop"])
+        .env("YIELDSHELL_SOCKET", &socket));
+    assert!(
+        stop.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stop.stderr)
+    );
+    eventually_blocking("the daemon to exit", || {
+        daemon_pids_for(&socket).is_empty().then_some(())
+    });
+}
+
+fn daemon_pids_for(socket: &std::path::Path) -> Vec<i32> {
+    let needle = socket.display().to_string();
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let args: Vec<String> = cmdline
+                .split(|b| *b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s[s.rfind(')').map_or(0, |i| i + 2)..].starts_with('Z'));
+            !zombie
+                && args.first().is_some_and(|a| a.ends_with("yieldshelld"))
+                && args.contains(&needle)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn graceful_shutdown_stops_processes_removes_the_socket_and_keeps_records() {
+    let mut d = TestDaemon::start().await;
+    let c = d.session();
+    let done = c.exec("echo kept").await.process.expect("p").process_id;
+    let id = c
+        .spawn_bg(&format!("exec {} ready-sleep 60", testbin()))
+        .await;
+    let pid = c.ready_pids(&id, 1).await[0];
+    let status = d.terminate().expect("exit status");
+    assert!(status.success(), "daemon exit: {status:?}");
+    assert!(!pid.alive(), "shutdown left a managed process running");
+    assert!(!d.socket.exists(), "socket not removed");
+    d.spawn().await;
+    let c = d.session();
+    let all = c.list(pb::Scope::All, true).await;
+    let stopped = all
+        .iter()
+        .find(|p| p.process_id == id)
+        .expect("record kept");
+    assert_eq!(stopped.status, pb::ProcessStatus::Stopped as i32);
+    assert_eq!(stopped.ended_by.as_deref(), Some("daemon_shutdown"));
+    let kept = all
+        .iter()
+        .find(|p| p.process_id == done)
+        .expect("completed record kept");
+    assert_eq!(kept.exit_code, Some(0));
+    let (out, _) = c.read_all(&done, 100).await;
+    assert_eq!(out, b"kept\n");
+}
+
+#[tokio::test]
+async fn after_kill_9_the_next_daemon_marks_leftovers_lost_keeps_output_and_stops_them() {
+    let mut d = TestDaemon::start().await;
+    let c = d.session();
+    let tb = testbin();
+    let tree = c
+        .spawn_bg(&format!(
+            "echo tree-out; {tb} ready-sleep 600 & {tb} setsid 600 & wait"
+        ))
+        .await;
+    let chatty = c
+        .spawn_bg(&format!("echo chatty-out; exec {tb} ready-sleep 600"))
+        .await;
+    let mut pids = c.ready_pids(&tree, 2).await;
+    pids.extend(c.ready_pids(&chatty, 1).await);
+    let shells: Vec<Pid> = c
+        .list(pb::Scope::All, false)
+        .await
+        .iter()
+        .filter_map(|p| {
+            let pid = p.pid? as i32;
+            let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let start = s[s.rfind(')')? + 1..]
+                .split_whitespace()
+                .nth(19)?
+                .parse()
+                .ok()?;
+            Some(Pid { pid, start })
+        })
+        .collect();
+    pids.extend(shells);
+    assert!(pids.iter().all(Pid::alive));
+
+    d.kill9();
+    d.spawn().await;
+    // Recovery runs before the new daemon serves: nothing of the old generation is left.
+    for p in &pids {
+        assert!(!p.alive(), "{p:?} survived the crash recovery");
+    }
+    let c = d.session();
+    let all = c.list(pb::Scope::All, true).await;
+    for id in [&tree, &chatty] {
+        let p = all
+            .iter()
+            .find(|p| p.process_id == *id)
+            .expect("record listed");
+        assert_eq!(p.status, pb::ProcessStatus::Lost as i32, "{id}");
+        assert_eq!(p.lost_reason.as_deref(), Some("daemon_crash"));
+    }
+    let (out, _) = c.read_all(&tree, 1 << 20).await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(
+        text.starts_with("tree-out\n") && text.contains("ready "),
+        "{text}"
+    );
+    let (out, _) = c.read_all(&chatty, 1 << 20).await;
+    assert!(String::from_utf8_lossy(&out).starts_with("chatty-out\n"));
+}

@@ -1,0 +1,113 @@
+//! `stop`: whole trees, escalation, idempotence, no zombies.
+
+use std::time::{Duration, Instant};
+
+use yieldshell_proto::errors::ErrorKind;
+use yieldshell_proto::pb;
+
+use crate::helper::{Pid, TestDaemon, testbin};
+
+fn zombies_of(parent: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                let rest = &s[s.rfind(')').map_or(0, |i| i + 1)..];
+                let mut f = rest.split_whitespace();
+                let state = f.next().unwrap_or("");
+                let ppid: i32 = f.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+                state == "Z" && ppid == parent
+            })
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn stop_takes_down_a_term_ignoring_grandchild_and_a_setsid_grandchild() {
+    let d = TestDaemon::start().await;
+    let c = d.session();
+    let tb = testbin();
+    let id = c
+        .spawn_bg(&format!(
+            "{tb} ignore-term 60 & {tb} setsid 60 & {tb} ready-sleep 60 & wait"
+        ))
+        .await;
+    let pids = c.ready_pids(&id, 3).await;
+    assert!(pids.iter().all(Pid::alive));
+    let started = Instant::now();
+    let r = c.stop(&id, "SIGTERM", 300).await.expect("stop");
+    assert!(r.stopped, "{}", r.error);
+    assert!(r.escalated, "the TERM-ignoring child needs SIGKILL");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    for p in &pids {
+        assert!(!p.alive(), "{p:?} survived stop");
+    }
+    let info = r.process.expect("process");
+    assert_eq!(info.status, pb::ProcessStatus::Stopped as i32);
+    assert_eq!(info.ended_by.as_deref(), Some("stop"));
+    assert!(
+        zombies_of(d.pid()).is_empty(),
+        "zombies left: {:?}",
+        zombies_of(d.pid())
+    );
+}
+
+#[tokio::test]
+async fn stop_is_quick_for_a_cooperative_tree_and_idempotent() {
+    let d = TestDaemon::start().await;
+    let c = d.session();
+    let id = c.spawn_bg("sleep 60").await;
+    let r = c.stop(&id, "TERM", 3_000).await.expect("stop");
+    assert!(r.stopped);
+    assert!(!r.escalated);
+    assert_eq!(r.signal, "SIGTERM");
+    let p = r.process.expect("process");
+    assert_eq!(p.signal.as_deref(), Some("SIGTERM"));
+    assert_eq!(p.exit_code, None);
+    let again = c.stop(&id, "TERM", 3_000).await.expect("second stop");
+    assert!(!again.stopped);
+    assert_eq!(again.error_kind, ErrorKind::ProcessExited.as_str());
+    assert!(again.error.contains("already ended"), "{}", again.error);
+}
+
+#[tokio::test]
+async fn stop_refuses_unknown_signal_names_and_accepts_short_ones() {
+    let d = TestDaemon::start().await;
+    let c = d.session();
+    let id = c.spawn_bg("sleep 60").await;
+    for bad in ["SIGNOPE", "0", "999"] {
+        let err = c.stop(&id, bad, 100).await.expect_err("bad signal");
+        assert_eq!(
+            ErrorKind::of_status(&err),
+            ErrorKind::InvalidArgument,
+            "{bad}"
+        );
+    }
+    let r = c.stop(&id, "KILL", 100).await.expect("stop");
+    assert!(r.stopped);
+    assert_eq!(r.process.expect("p").signal.as_deref(), Some("SIGKILL"));
+}
+
+#[tokio::test]
+async fn stop_after_the_shell_exited_still_takes_down_its_descendants() {
+    let d = TestDaemon::start().await;
+    let c = d.session();
+    let id = c
+        .spawn_bg(&format!("{} ready-sleep 60 & exit 0", testbin()))
+        .await;
+    let pid = c.ready_pids(&id, 1).await[0];
+    let w = c.wait_exit(&id).await;
+    assert!(w.process.expect("p").descendants_running >= 1);
+    let r = c.stop(&id, "TERM", 2_000).await.expect("stop");
+    assert!(r.stopped, "{}", r.error);
+    assert!(!pid.alive());
+    let p = r.process.expect("p");
+    assert_eq!(
+        p.status,
+        pb::ProcessStatus::Completed as i32,
+        "the shell had completed on its own"
+    );
+    assert_eq!(p.descendants_running, 0);
+}

@@ -1,0 +1,502 @@
+//! Test fixtures: a real `yieldshelld` in a temp dir, a control-plane client, `yieldctl` runs,
+//! and process-identity checks. Waits poll against one generous [`TIMEOUT`]; nothing sleeps and
+//! hopes.
+
+#![allow(dead_code)] // each test module uses a different subset
+
+use std::ffi::OsString;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use yieldshell_proto::client::{ConnectOptions, Session};
+use yieldshell_proto::pb;
+use yieldshell_proto::session_config::SessionConfig;
+
+/// The one timeout every poll uses: generous, because CI machines are slow and shared.
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Newest modification time of the sources the product binaries are built from.
+fn newest_source() -> std::time::SystemTime {
+    fn walk(dir: &Path, newest: &mut std::time::SystemTime) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, newest);
+            } else if p
+                .extension()
+                .is_some_and(|x| x == "rs" || x == "proto" || x == "toml")
+                && let Ok(m) = e.metadata().and_then(|m| m.modified())
+            {
+                *newest = (*newest).max(m);
+            }
+        }
+    }
+    static NEWEST: std::sync::OnceLock<std::time::SystemTime> = std::sync::OnceLock::new();
+    *NEWEST.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut newest = std::time::UNIX_EPOCH;
+        for krate in ["proto", "daemon", "cli", "shim"] {
+            walk(&root.join(krate), &mut newest);
+        }
+        newest
+    })
+}
+
+/// Path of a binary built by this workspace (next to the test executable's `deps` dir).
+///
+/// `cargo test` builds the binaries of a package only for that package's own integration tests,
+/// so the product binaries come from `cargo build --workspace` (the README's test command runs
+/// it first). A binary older than its sources would test old code: refuse it.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf();
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo build --workspace` before the tests",
+        path.display()
+    );
+    if name != "yieldshell-testbin" {
+        let built = std::fs::metadata(&path)
+            .and_then(|m| m.modified())
+            .expect("binary mtime");
+        assert!(
+            built >= newest_source(),
+            "{} is older than its sources: run `cargo build --workspace` before the tests",
+            path.display()
+        );
+    }
+    path
+}
+
+/// The test helper program.
+pub fn testbin() -> String {
+    bin("yieldshell-testbin").display().to_string()
+}
+
+/// Polls `check` until it returns `Some` or [`TIMEOUT`] passes.
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Blocking variant of [`eventually`].
+pub fn eventually_blocking<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A process identity read from `/proc`: pid and start time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pid {
+    /// Process id.
+    pub pid: i32,
+    /// Start time (clock ticks after boot).
+    pub start: u64,
+}
+
+fn stat_fields(pid: i32) -> Option<(u8, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace();
+    let state = f.next()?.as_bytes()[0];
+    let start = f.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+impl Pid {
+    /// Parses `ready <pid> <start>` lines printed by the testbin.
+    pub fn all_from_ready_lines(text: &str) -> Vec<Pid> {
+        text.lines()
+            .filter_map(|l| {
+                let mut w = l.strip_prefix("ready ")?.split_whitespace();
+                Some(Pid {
+                    pid: w.next()?.parse().ok()?,
+                    start: w.next()?.parse().ok()?,
+                })
+            })
+            .collect()
+    }
+
+    /// Whether this very process (same start time) is alive and not a zombie.
+    pub fn alive(&self) -> bool {
+        matches!(stat_fields(self.pid), Some((state, start)) if start == self.start && state != b'Z' && state != b'X')
+    }
+}
+
+/// A real daemon on a private socket and state dir.
+pub struct TestDaemon {
+    pub dir: tempfile::TempDir,
+    pub socket: PathBuf,
+    pub state: PathBuf,
+    child: Option<Child>,
+}
+
+impl TestDaemon {
+    /// A fresh temp dir with a short path (sockets have a ~107-byte limit).
+    pub fn new_dir() -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix("ys-")
+            .tempdir_in("/tmp")
+            .expect("tempdir")
+    }
+
+    /// Starts a daemon in a fresh directory and waits until it answers.
+    pub async fn start() -> TestDaemon {
+        let dir = Self::new_dir();
+        let mut d = TestDaemon {
+            socket: dir.path().join("run").join("d.sock"),
+            state: dir.path().join("state"),
+            dir,
+            child: None,
+        };
+        d.spawn().await;
+        d
+    }
+
+    /// The daemon command line for this directory.
+    pub fn command(&self) -> Command {
+        let mut c = Command::new(bin("yieldshelld"));
+        c.arg("--socket")
+            .arg(&self.socket)
+            .arg("--state-dir")
+            .arg(&self.state)
+            .arg("--config")
+            .arg(self.dir.path().join("config.toml"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        c
+    }
+
+    /// (Re)starts the daemon process and waits for it to answer.
+    pub async fn spawn(&mut self) {
+        let child = self.command().spawn().expect("spawn yieldshelld");
+        self.child = Some(child);
+        let opts = self.opts();
+        eventually("the daemon to answer", || {
+            let opts = opts.clone();
+            async move { yieldshell_proto::client::connect(&opts).await.ok() }
+        })
+        .await;
+    }
+
+    /// Pid of the daemon we started.
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("daemon running").id() as i32
+    }
+
+    /// Connection options without auto-start.
+    pub fn opts(&self) -> ConnectOptions {
+        ConnectOptions {
+            socket: self.socket.clone(),
+            state_dir: Some(self.state.clone()),
+            autostart: false,
+            daemon_bin: Some(bin("yieldshelld")),
+            client_name: "e2e".into(),
+            start_timeout: TIMEOUT,
+        }
+    }
+
+    /// A session with the given policy variables and the temp dir as default cwd.
+    pub fn session_with(&self, vars: &[(&str, &str)]) -> Client {
+        let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+            .filter(|(k, _)| {
+                let k = k.to_string_lossy();
+                !k.starts_with("YIELDSHELL_") && !k.starts_with("MCP_YIELDSHELL")
+            })
+            .collect();
+        for (k, v) in vars {
+            env.push((k.into(), v.into()));
+        }
+        let config = SessionConfig::from_vars(env, self.dir.path()).expect("session config");
+        Client {
+            session: Session::new(self.opts(), &config),
+        }
+    }
+
+    /// A session with default policy.
+    pub fn session(&self) -> Client {
+        self.session_with(&[])
+    }
+
+    /// `yieldctl` pointed at this daemon (auto-start off), run in the temp dir.
+    pub fn yieldctl(&self) -> Command {
+        let mut c = Command::new(bin("yieldctl"));
+        c.env("YIELDSHELL_SOCKET", &self.socket)
+            .env("YIELDSHELL_STATE_DIR", &self.state)
+            .env("YIELDSHELL_NO_AUTOSTART", "1")
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// SIGKILLs the daemon (crash simulation) and reaps it.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERMs the daemon and waits for it; returns its exit status.
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        let mut c = self.child.take()?;
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(c.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            if let Ok(Some(s)) = c.try_wait() {
+                return Some(s);
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                return c.wait().ok();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for TestDaemon {
+    fn drop(&mut self) {
+        // A graceful stop also stops every managed process, so no test leaks one.
+        self.terminate();
+    }
+}
+
+/// A control-plane client bound to one session.
+pub struct Client {
+    pub session: Session,
+}
+
+/// An exec request with `NONE` side effects.
+pub fn exec_req(command: &str) -> pb::ExecRequest {
+    pb::ExecRequest {
+        command: command.as_bytes().to_vec(),
+        side_effects: vec!["NONE".into()],
+        ..Default::default()
+    }
+}
+
+impl Client {
+    pub fn id(&self) -> String {
+        self.session.id().to_string()
+    }
+
+    pub async fn exec_with(&self, mut req: pb::ExecRequest) -> pb::ExecResponse {
+        req.session_id = self.id();
+        self.session
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.exec(req).await }
+            })
+            .await
+            .expect("exec rpc")
+    }
+
+    /// Runs a command with a yield long enough for anything quick.
+    pub async fn exec(&self, command: &str) -> pb::ExecResponse {
+        self.exec_with(pb::ExecRequest {
+            yield_ms: Some(TIMEOUT.as_millis() as u64),
+            ..exec_req(command)
+        })
+        .await
+    }
+
+    /// Starts a command and returns at once (yield 0): a background process id.
+    pub async fn spawn_bg(&self, command: &str) -> String {
+        let r = self
+            .exec_with(pb::ExecRequest {
+                yield_ms: Some(0),
+                ..exec_req(command)
+            })
+            .await;
+        r.process.expect("process").process_id
+    }
+
+    pub async fn read(&self, mut req: pb::ReadRequest) -> Result<pb::ReadResponse, tonic::Status> {
+        req.session_id = self.id();
+        self.session
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.read(req).await }
+            })
+            .await
+            .map_err(rpc_status)
+    }
+
+    pub async fn read_since(&self, id: &str, since: u64, max: u64) -> pb::ReadResponse {
+        self.read(pb::ReadRequest {
+            process_id: id.into(),
+            since_seq: Some(since),
+            max_output_bytes: Some(max),
+            ..Default::default()
+        })
+        .await
+        .expect("read")
+    }
+
+    pub async fn wait(&self, mut req: pb::WaitRequest) -> Result<pb::WaitResponse, tonic::Status> {
+        req.session_id = self.id();
+        self.session
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.wait(req).await }
+            })
+            .await
+            .map_err(rpc_status)
+    }
+
+    /// Waits (bounded by [`TIMEOUT`]) until the process has settled.
+    pub async fn wait_exit(&self, id: &str) -> pb::WaitResponse {
+        let r = self
+            .wait(pb::WaitRequest {
+                process_id: id.into(),
+                timeout_ms: Some(TIMEOUT.as_millis() as u64),
+                ..Default::default()
+            })
+            .await
+            .expect("wait");
+        assert_eq!(
+            r.result,
+            pb::WaitResult::Exited as i32,
+            "process did not exit in time"
+        );
+        r
+    }
+
+    pub async fn stop(
+        &self,
+        id: &str,
+        signal: &str,
+        force_after_ms: u64,
+    ) -> Result<pb::StopResponse, tonic::Status> {
+        let req = pb::StopRequest {
+            session_id: self.id(),
+            process_id: id.into(),
+            signal: signal.into(),
+            force_after_ms: Some(force_after_ms),
+        };
+        self.session
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.stop(req).await }
+            })
+            .await
+            .map_err(rpc_status)
+    }
+
+    pub async fn write(
+        &self,
+        id: &str,
+        input: &[u8],
+        eof: bool,
+    ) -> Result<pb::WriteResponse, tonic::Status> {
+        let req = pb::WriteRequest {
+            session_id: self.id(),
+            process_id: id.into(),
+            input: input.to_vec(),
+            eof,
+        };
+        self.session
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.write(req).await }
+            })
+            .await
+            .map_err(rpc_status)
+    }
+
+    pub async fn list(&self, scope: pb::Scope, include_completed: bool) -> Vec<pb::ProcessInfo> {
+        let req = pb::ListRequest {
+            session_id: self.id(),
+            include_completed,
+            limit: 0,
+            scope: scope as i32,
+        };
+        self.session
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.list(req).await }
+            })
+            .await
+            .expect("list")
+            .processes
+    }
+
+    /// Reads everything from seq 1 by following `next_seq` with the given page size.
+    pub async fn read_all(&self, id: &str, page: u64) -> (Vec<u8>, Vec<u8>) {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let mut seq = 1;
+        loop {
+            let r = self.read_since(id, seq, page).await;
+            let o = r.output.expect("output");
+            assert!(!o.truncated, "unexpected gap at seq {seq}");
+            out.extend_from_slice(&o.stdout);
+            err.extend_from_slice(&o.stderr);
+            seq = o.next_seq;
+            if !o.has_more {
+                return (out, err);
+            }
+        }
+    }
+
+    /// Polls `read` until the process's stdout holds `n` testbin `ready` lines.
+    pub async fn ready_pids(&self, id: &str, n: usize) -> Vec<Pid> {
+        eventually("testbin ready lines", || async {
+            let (out, _) = self.read_all(id, 1 << 20).await;
+            let pids = Pid::all_from_ready_lines(&String::from_utf8_lossy(&out));
+            (pids.len() >= n).then_some(pids)
+        })
+        .await
+    }
+}
+
+fn rpc_status(e: yieldshell_proto::client::ClientError) -> tonic::Status {
+    match e {
+        yieldshell_proto::client::ClientError::Rpc(s) => s,
+        other => panic!("unexpected client error: {other}"),
+    }
+}
+
+/// Output of a finished `yieldctl` run.
+pub fn run(cmd: &mut Command) -> std::process::Output {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.output().expect("run command")
+}
+
+/// Parses `yieldctl --json` output.
+pub fn json(out: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): stdout={:?} stderr={:?}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}

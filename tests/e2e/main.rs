@@ -1,0 +1,11 @@
+//! End-to-end tests: a real `yieldshelld` per test on its own socket and state dir, real
+//! processes, real sockets; `yieldctl` as a subprocess; the MCP shim through a real MCP client.
+
+mod helper;
+
+mod cli;
+mod daemon_exec;
+mod daemon_lifecycle;
+mod daemon_output;
+mod daemon_policy;
+mod daemon_stop;
