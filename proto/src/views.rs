@@ -53,6 +53,25 @@ pub fn text(bytes: &[u8]) -> (String, bool) {
     }
 }
 
+/// The one-line hint an `exec` response carries when the command keeps running in the
+/// background: it names the calls to make next.
+pub fn backgrounded_message(process_id: &str, yield_ms: u64, next_seq: u64) -> String {
+    format!(
+        "Still running after {yield_ms} ms, so it continues in the background as {process_id}. \
+         Next: read(process_id=\"{process_id}\", since_seq={next_seq}) for new output, \
+         wait(process_id=\"{process_id}\") to block until it exits, write(...) to send input, \
+         stop(process_id=\"{process_id}\") to end it."
+    )
+}
+
+/// The hint for a shell that exited while descendants still run.
+pub fn descendants_message(process_id: &str, descendants: u32, next_seq: u64) -> String {
+    format!(
+        "The shell exited, but {descendants} descendant process(es) still run (and may still write output). \
+         read(process_id=\"{process_id}\", since_seq={next_seq}) shows more; stop(process_id=\"{process_id}\") ends them."
+    )
+}
+
 /// Response of the `exec` tool.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct ExecView {
@@ -122,19 +141,20 @@ impl ExecView {
     }
 }
 
-impl From<&pb::ExecResponse> for ExecView {
-    fn from(r: &pb::ExecResponse) -> ExecView {
-        let status = exec_status_name(r.status).to_string();
-        let Some(p) = r.process.as_ref() else {
-            return ExecView::failed_to_start(r.error.clone(), &r.error_kind);
-        };
-        let out = r.output.clone().unwrap_or_default();
+impl ExecView {
+    /// The view of a started process: `status` is the exec status name (`backgrounded` while it
+    /// runs), `message` the hint for the next call (empty for none).
+    pub fn of_process(
+        p: &pb::ProcessInfo,
+        out: &pb::Output,
+        status: &str,
+        message: &str,
+    ) -> ExecView {
         let (stdout, lossy_out) = text(&out.stdout);
         let (stderr, lossy_err) = text(&out.stderr);
-        let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
         ExecView {
             process_id: Some(p.process_id.clone()),
-            status,
+            status: status.to_string(),
             duration_ms: p.duration_ms,
             stdout,
             stderr,
@@ -144,14 +164,29 @@ impl From<&pb::ExecResponse> for ExecView {
             exit_code: p.exit_code,
             signal: p.signal.clone(),
             pid: p.pid,
-            message: non_empty(&r.message),
-            error: non_empty(&r.error),
-            error_kind: non_empty(&r.error_kind),
+            message: (!message.is_empty()).then(|| message.to_string()),
+            error: None,
+            error_kind: None,
             stdout_lines: p.stdout_lines,
             stderr_lines: p.stderr_lines,
             descendants_running: p.descendants_running,
             lossy: lossy_out || lossy_err,
         }
+    }
+}
+
+impl From<&pb::ExecResponse> for ExecView {
+    fn from(r: &pb::ExecResponse) -> ExecView {
+        let Some(p) = r.process.as_ref() else {
+            return ExecView::failed_to_start(r.error.clone(), &r.error_kind);
+        };
+        let out = r.output.clone().unwrap_or_default();
+        let mut view = ExecView::of_process(p, &out, exec_status_name(r.status), &r.message);
+        if !r.error.is_empty() {
+            view.error = Some(r.error.clone());
+            view.error_kind = Some(r.error_kind.clone());
+        }
+        view
     }
 }
 

@@ -2,6 +2,7 @@
 //! processes, real sockets; `yieldctl` as a subprocess; the MCP shim through a real MCP client.
 
 mod helper;
+mod mcp;
 
 mod cli;
 mod daemon_exec;
@@ -9,3 +10,4 @@ mod daemon_lifecycle;
 mod daemon_output;
 mod daemon_policy;
 mod daemon_stop;
+mod shim;

@@ -13,46 +13,51 @@
 //! The command word of each simple command after quote removal (`'ls'`, `"ls"`,
 //! `l\s` → `ls`), in source order of first appearance, duplicates removed. Paths stay
 //! as written (`/bin/rm` is not `rm`). Builtins and wrappers are not looked through:
-//! `env rm` yields `env`, `eval "rm"` yields `eval`. Function bodies count even if the
-//! function is never called (`ls() { rm x; }; ls` yields `rm`, `ls`).
+//! `env rm` yields `env`, `eval "rm"` yields `eval`. `time ls` yields `time`, `ls`
+//! (a program under dash). Function bodies count even if never called
+//! (`ls() { rm x; }; ls` yields `rm`, `ls`).
 //!
 //! # What is refused
-//! * [`CommandParseError::Syntax`]: anything brush cannot parse (including `select`,
-//!   which brush 0.4.0 does not know), and inputs brush mishandles: lines over
-//!   [`MAX_LINE_BYTES`] or with more than [`MAX_OPENERS`] nesting openers (a stack
-//!   overflow would abort the daemon), numbers that make it panic (`~99999999999`,
-//!   `99999999999>x`), words it tokenizes inconsistently, and unquoted here-document
-//!   bodies whose expansions cannot be isolated in linear time (nested here-documents,
-//!   unbalanced brackets). Parsing runs on its own thread with a 64 MiB stack, and a
-//!   parser panic becomes a refusal too.
+//! * [`CommandParseError::Syntax`]:
+//!   - anything brush cannot parse (including `select`, unknown to brush 0.4.0);
+//!   - bash-only syntax that `/bin/sh` (dash on Debian, which the daemon runs) reads
+//!     differently, each a demonstrated way to run an unseen command under dash:
+//!     `$'…'`, `[[ … ]]`, `(( … ))`, `coproc`, `&>`, `a[i]=v`, `a+=v`, and
+//!     here-document delimiters other than plain, quoted or `\`-prefixed words;
+//!   - inputs brush mishandles: lines over [`MAX_LINE_BYTES`] or with more than
+//!     [`MAX_OPENERS`] nesting openers (stack overflow), numbers that make it panic
+//!     (`~99999999999`, `99999999999>x`), a quote or expansion running past the end
+//!     of a line that has `<<` (panics or mangled words), words that do not match the
+//!     source text, and unquoted here-document bodies whose expansions cannot be
+//!     isolated in linear time. Parsing runs on its own thread with a 64 MiB stack,
+//!     and any remaining parser panic becomes a refusal too.
 //! * [`CommandParseError::Dynamic`]:
 //!   - a command word with an expansion: `$X`, `${X}`, `$(…)`, backticks, `$((…))`,
-//!     globs (`l*`, `l?`, `[a]b`), braces `{a,b}`, tilde `~/bin/x`, ANSI-C `$'\x6c'`;
-//!   - arithmetic that names a variable (`$((i+1))`, `(( i++ ))`, `${a[i]}`,
-//!     `${s:n}`, `[[ $x -eq 1 ]]`): bash evaluates a value such as `a[$(rm x)]`
-//!     recursively and runs the substitution, so only literal arithmetic is accepted;
-//!   - `${!x}` and `${x@P}` (indirection and prompt expansion run code from values),
-//!     and `[[ -v … ]]` on anything but a plain name;
+//!     globs (`l*`, `l?`, `[a]b`), braces `{a,b}`, tilde `~/bin/x`;
+//!   - arithmetic that names a variable (`$((i+1))`, `${a[i]}`, `${s:n}`): bash
+//!     evaluates a value such as `a[$(rm x)]` recursively and runs the substitution,
+//!     so only literal arithmetic is accepted;
+//!   - `${!x}` and `${x@P}` (indirection and prompt expansion run code from values);
 //!   - backquoted substitutions containing a backslash (bash unescapes `\$` there,
 //!     brush does not, so `` `echo \$(rm x)` `` would otherwise hide `rm`);
 //!   - assignments to [`RISKY_VARIABLES`] such as `PATH` or `LD_PRELOAD` (by `=`,
-//!     `for`, `coproc` or `${…:=…}`), which change what an allowed name runs.
+//!     `for` or `${…:=…}`), which change what an allowed name runs.
 //!
-//! # Not covered (caller's allowlist must handle)
+//! # Not covered (the allowlist must handle it)
 //! Builtins that run code taken from their arguments or from variable values:
-//! `eval`, `source`/`.`, `exec`, `command`, `builtin`, `trap`, `alias`, `let`,
-//! `declare`/`typeset`/`local`/`readonly` (`-i` arithmetic), `read`, `mapfile`,
-//! `printf -v`, `getopts`, `hash -p`, `enable`, and `test`/`[` with `-v 'a[$(rm x)]'`.
-//! Quoted arguments of declaration builtins (`export "PATH=/x"`) also escape the
-//! [`RISKY_VARIABLES`] check, which only sees assignments the parser recognises.
+//! `eval`, `source`/`.`, `exec`, `command`, `builtin`, `trap`, `alias` (dash expands
+//! aliases even in `sh -c`), `let`, `declare`/`typeset`/`local`/`readonly`, `read`,
+//! `mapfile`, `printf -v`, `getopts`, `hash`, `enable`, and `test`/`[` with
+//! `-v 'a[$(rm x)]'` under bash. Quoted arguments of declaration builtins
+//! (`export "PATH=/x"`) also escape the [`RISKY_VARIABLES`] check. dash runs the
+//! `function` of `function f {⏎…⏎}` as a program; it is not reported.
 
 use std::collections::HashSet;
 use std::io::BufReader;
 
 use brush_parser::ast::{
     self, AssignmentName, AssignmentValue, Command, CommandPrefixOrSuffixItem as Item,
-    CompoundCommand as Compound, ExtendedTestExpr as Test, IoFileRedirectTarget as Target,
-    IoRedirect,
+    CompoundCommand as Compound, IoFileRedirectTarget as Target, IoRedirect,
 };
 use brush_parser::word::{self, Parameter, ParameterExpr, ParameterTransformOp, WordPiece};
 use brush_parser::{Parser, ParserOptions, Token, tokenize_str_with_options};
@@ -110,6 +115,12 @@ fn syntax(why: impl ToString) -> CommandParseError {
     CommandParseError::Syntax(why.to_string())
 }
 
+/// Refusal of bash-only syntax: the daemon runs lines with `/bin/sh`, which is dash
+/// on Debian, and dash reads these differently from brush's bash grammar.
+fn bash_only(what: &str, dash_reading: &str) -> CommandParseError {
+    syntax(format!("{what} is bash-only; /bin/sh {dash_reading}"))
+}
+
 /// Shorthand for a [`CommandParseError::Dynamic`] refusal.
 fn dynamic(why: impl ToString) -> CommandParseError {
     CommandParseError::Dynamic(why.to_string())
@@ -130,6 +141,11 @@ pub fn program_names(line: &str) -> Result<Vec<String>, CommandParseError> {
     if has_overflowing_number(line) {
         return Err(syntax("number too large for a file descriptor or `~N`"));
     }
+    if heredoc_line_continues(line) {
+        return Err(syntax(
+            "a quote or expansion spans lines after `<<`; end the line first",
+        ));
+    }
     // A dedicated thread gives brush a known stack whatever thread calls us, and
     // turns a parser panic into a refusal instead of unwinding into the caller.
     std::thread::scope(|scope| {
@@ -148,6 +164,7 @@ fn collect(line: &str) -> Result<Vec<String>, CommandParseError> {
     let mut walker = Walker {
         options: ParserOptions::default(),
         names: Vec::new(),
+        spans: Vec::new(),
     };
     walker.source(line)?;
     let mut seen = HashSet::new();
@@ -196,12 +213,46 @@ fn has_overflowing_number(line: &str) -> bool {
     false
 }
 
+/// True if a here-document operator is followed, on its line, by a quote or
+/// expansion that runs past the newline. brush-parser 0.4.0 panics on such lines
+/// (`cat <<EOF $(a⏎)⏎…` unwraps `None` in its tokenizer) or hoists the inside of
+/// `$(…)` into the outer command; bash and dash read them fine. Quote-unaware about
+/// the `<<` itself, so `echo "a << b"` is refused too.
+fn heredoc_line_continues(line: &str) -> bool {
+    let mut rest = line;
+    while let Some(at) = rest.find("<<") {
+        rest = rest.get(at + 2..).unwrap_or_default();
+        let Some(segment) = rest.split('\n').next().filter(|_| !rest.starts_with('<')) else {
+            continue; // a here-string `<<<`
+        };
+        let bytes = segment.as_bytes();
+        let mut i = 0;
+        while let Some(&c) = bytes.get(i) {
+            i = match (c, bytes.get(i + 1)) {
+                (b'\\', None) => return true, // a line continuation
+                (b'\\', _) => i + 2,
+                (b'#', _) if i > 0 && bytes[i - 1].is_ascii_whitespace() => break,
+                (b'"' | b'\'' | b'`', _) | (b'$', Some(b'(' | b'{' | b'[')) => {
+                    match expansion_end(segment, i) {
+                        Ok(end) => end,
+                        Err(_) => return true,
+                    }
+                }
+                _ => i + 1,
+            };
+        }
+    }
+    false
+}
+
 /// Collects program names while walking the AST of one line and its substitutions.
 struct Walker {
     /// Parser options shared by the program parser and the word parser.
     options: ParserOptions,
     /// Names in the order found, duplicates included (removed by the caller).
     names: Vec<String>,
+    /// Character span and text of each tokenizer word met in the source being walked.
+    spans: Vec<(usize, usize, String)>,
 }
 
 impl Walker {
@@ -209,16 +260,23 @@ impl Walker {
     fn source(&mut self, src: &str) -> Step {
         let mut parser = Parser::new(BufReader::new(src.as_bytes()), &self.options);
         let program = parser.parse_program().map_err(syntax)?;
+        let outer = std::mem::take(&mut self.spans);
         program
             .complete_commands
             .iter()
-            .try_for_each(|list| self.list(list))
+            .try_for_each(|list| self.list(list))?;
+        let spans = std::mem::replace(&mut self.spans, outer);
+        check_spans(src, spans)
     }
 
     /// Walks `a; b & c && d || e | f` and newline-separated items.
     fn list(&mut self, list: &ast::CompoundList) -> Step {
         for ast::CompoundListItem(and_or, _separator) in &list.0 {
             for (_operator, pipeline) in and_or.iter() {
+                // A bash keyword, but a program (`/usr/bin/time`) under dash.
+                if pipeline.timed.is_some() {
+                    self.names.push("time".into());
+                }
                 pipeline.seq.iter().try_for_each(|cmd| self.command(cmd))?;
             }
         }
@@ -240,9 +298,9 @@ impl Walker {
                 self.compound(&def.body.0)?;
                 &def.body.1
             }
-            Command::ExtendedTest(test, redirects) => {
-                self.extended_test(&test.expr)?;
-                redirects
+            // dash runs `[[` as a program and splits `[[ a || rm ]]` at `||`.
+            Command::ExtendedTest(..) => {
+                return Err(bash_only("`[[ … ]]`", "runs `[[` and splits at `&&`/`||`"));
             }
         };
         redirects
@@ -254,14 +312,10 @@ impl Walker {
     /// Walks compound commands; their conditions and bodies are ordinary lists.
     fn compound(&mut self, compound: &Compound) -> Step {
         match compound {
-            Compound::Arithmetic(arith) => check_arithmetic(&arith.expr.value),
-            Compound::ArithmeticForClause(clause) => {
-                let parts = [&clause.initializer, &clause.condition, &clause.updater];
-                for expr in parts.into_iter().flatten() {
-                    check_arithmetic(&expr.value)?;
-                }
-                self.list(&clause.body.list)
-            }
+            Compound::Arithmetic(_) | Compound::ArithmeticForClause(_) => Err(bash_only(
+                "`(( … ))`",
+                "reads `((1))` as nested subshells running `1`",
+            )),
             Compound::BraceGroup(group) => self.list(&group.list),
             Compound::Subshell(subshell) => self.list(&subshell.list),
             Compound::ForClause(clause) => {
@@ -294,13 +348,7 @@ impl Walker {
                 self.list(&clause.0)?;
                 self.list(&clause.1.list)
             }
-            Compound::Coprocess(coproc) => {
-                if let Some(name) = &coproc.name {
-                    self.word(name)?;
-                    check_assigned(&name.value)?;
-                }
-                self.command(&coproc.body)
-            }
+            Compound::Coprocess(_) => Err(bash_only("`coproc`", "runs a program named coproc")),
         }
     }
 
@@ -334,15 +382,14 @@ impl Walker {
         }
     }
 
-    /// Inspects `NAME=value`, `NAME[i]=value` and `NAME=(a [i]=b)`.
+    /// Inspects `NAME=value` and `NAME=(a [i]=b)` (a syntax error under dash).
     fn assignment(&mut self, assignment: &ast::Assignment) -> Step {
-        let name = match &assignment.name {
-            AssignmentName::VariableName(name) => name,
-            AssignmentName::ArrayElementName(name, index) => {
-                check_arithmetic(index)?;
-                name
-            }
+        let AssignmentName::VariableName(name) = &assignment.name else {
+            return Err(bash_only("`a[i]=v`", "runs it as a program named `a[i]=v`"));
         };
+        if assignment.append {
+            return Err(bash_only("`a+=v`", "runs it as a program named `a+=v`"));
+        }
         check_assigned(name)?;
         match &assignment.value {
             AssignmentValue::Scalar(value) => self.word(value),
@@ -361,13 +408,15 @@ impl Walker {
     fn redirect(&mut self, redirect: &IoRedirect) -> Step {
         match redirect {
             IoRedirect::File(_, _, Target::Filename(w) | Target::Duplicate(w))
-            | IoRedirect::HereString(_, w)
-            | IoRedirect::OutputAndError(w, _) => self.word(w),
+            | IoRedirect::HereString(_, w) => self.word(w),
+            // dash reads `a &>x rm` as `a &` then `>x rm`, running `rm`.
+            IoRedirect::OutputAndError(..) => Err(bash_only("`&>`", "reads `&` then `>`")),
             IoRedirect::File(_, _, Target::Fd(_)) => Ok(()),
             IoRedirect::File(_, _, Target::ProcessSubstitution(_, subshell)) => {
                 self.list(&subshell.list)
             }
             IoRedirect::HereDocument(_fd, doc) => {
+                check_delimiter(&doc.here_end.value)?;
                 // bash expands the body unless any part of the delimiter is quoted;
                 // checking the delimiter ourselves guards against a wrong flag.
                 let quoted = doc.here_end.value.contains(['\'', '"', '\\']);
@@ -403,41 +452,12 @@ impl Walker {
             .try_for_each(|e| self.word(&ast::Word::new(e)))
     }
 
-    /// Walks `[[ … ]]`, whose operands are words and some operators arithmetic.
-    fn extended_test(&mut self, expr: &Test) -> Step {
-        match expr {
-            Test::And(l, r) | Test::Or(l, r) => {
-                self.extended_test(l)?;
-                self.extended_test(r)
-            }
-            Test::Not(e) | Test::Parenthesized(e) => self.extended_test(e),
-            Test::UnaryTest(predicate, operand) => {
-                self.word(operand)?;
-                // `-v a[$i]` and `-R` evaluate a subscript, like arithmetic does.
-                let by_name = matches!(predicate.to_string().as_str(), "-v" | "-R");
-                if by_name && !is_identifier(&operand.value) {
-                    return Err(dynamic(format!(
-                        "`-v {}` evaluates a subscript",
-                        operand.value
-                    )));
-                }
-                Ok(())
-            }
-            Test::BinaryTest(predicate, left, right) => {
-                self.word(left)?;
-                self.word(right)?;
-                let op = predicate.to_string();
-                if matches!(op.as_str(), "-eq" | "-ne" | "-lt" | "-le" | "-gt" | "-ge") {
-                    check_arithmetic(&left.value)?;
-                    check_arithmetic(&right.value)?;
-                }
-                Ok(())
-            }
-        }
-    }
-
     /// Finds every command substitution inside a word from the tokenizer.
     fn word(&mut self, w: &ast::Word) -> Step {
+        if let Some(loc) = &w.loc {
+            let span = (loc.start.index, loc.end.index, w.value.clone());
+            self.spans.push(span);
+        }
         let pieces = word::parse(&w.value, &self.options).map_err(syntax)?;
         check_tokenized(&w.value, &pieces)?;
         self.pieces(&pieces)
@@ -455,9 +475,12 @@ impl Walker {
     fn pieces(&mut self, pieces: &[word::WordPieceWithSource]) -> Step {
         for piece in pieces {
             match &piece.piece {
+                // `$'\' ; rm x⏎'`: dash sees `$`, a quoted `\`, then runs `rm x`.
+                WordPiece::AnsiCQuotedText(_) => {
+                    return Err(bash_only("`$'…'`", "reads `$` and a single-quoted string"));
+                }
                 WordPiece::Text(_)
                 | WordPiece::SingleQuotedText(_)
-                | WordPiece::AnsiCQuotedText(_)
                 | WordPiece::EscapeSequence(_)
                 | WordPiece::TildeExpansion(_) => {}
                 WordPiece::DoubleQuotedSequence(inner)
@@ -634,7 +657,6 @@ fn literal_program(raw: &str, options: &ParserOptions) -> Result<String, Command
                 return Err(refuse("is a pattern"));
             }
             WordPiece::Text(text) | WordPiece::SingleQuotedText(text) => name.push_str(text),
-            WordPiece::AnsiCQuotedText(text) if !text.contains('\\') => name.push_str(text),
             WordPiece::EscapeSequence(escape) => name.extend(escape.chars().skip(1)),
             WordPiece::DoubleQuotedSequence(inner)
             | WordPiece::GettextDoubleQuotedSequence(inner) => {
@@ -651,6 +673,27 @@ fn literal_program(raw: &str, options: &ParserOptions) -> Result<String, Command
         }
     }
     Ok(name)
+}
+
+/// Refuses a parse whose words do not match the source: words must not overlap, and
+/// each must be the text at its (character) span, up to leading blanks. brush 0.4.0 breaks both when a here-document is pending and `$(…)`
+/// holds a multi-line quote: `cat <<E $(A="m⏎n" rm x)` becomes `cat A="m⏎n" rm x $()`.
+fn check_spans(src: &str, mut spans: Vec<(usize, usize, String)>) -> Step {
+    let chars: Vec<char> = src.chars().collect();
+    // brush's positions drift after a line continuation, so then only order counts.
+    let exact = !src.contains("\\\n");
+    spans.sort_by_key(|&(start, end, _)| (start, end));
+    let mut covered = 0;
+    for (start, end, value) in spans {
+        let text: String = chars.get(start..end).unwrap_or_default().iter().collect();
+        // brush sometimes starts a span on the blank before the word.
+        let same = text.trim_start_matches([' ', '\t']) == value;
+        if start < covered || (exact && !same) {
+            return Err(syntax(format!("the parser misplaced `{value}`")));
+        }
+        covered = end;
+    }
+    Ok(())
 }
 
 /// Refuses a word whose unquoted text contains blanks, which a correct tokenizer
@@ -695,13 +738,19 @@ fn check_assigned(name: &str) -> Step {
     Ok(())
 }
 
-/// True for a plain shell variable name.
-fn is_identifier(text: &str) -> bool {
-    let mut chars = text.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+/// Accepts only here-document delimiters that bash and dash unquote alike: a plain
+/// word, optionally quoted whole or in part, or preceded by one backslash. Under
+/// dash `<<$'X'` ends at a `$X` line and `<<"A\B"` at `A\B`, while brush ends them
+/// at `X` and `AB`, so lines dash runs would be taken for inert body text.
+fn check_delimiter(raw: &str) -> Step {
+    let plain = raw.strip_prefix('\\').unwrap_or(raw);
+    let simple = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '\'' | '"');
+    if plain.is_empty() || !plain.chars().all(simple) {
+        return Err(syntax(format!(
+            "here-document delimiter `{raw}` is too unusual"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -751,7 +800,7 @@ mod tests {
             &["a", "b", "c", "d", "e", "f", "g"],
         );
         check("a |& b", &["a", "b"]);
-        check("time ls; ! grep x", &["ls", "grep"]);
+        check("time ls; ! grep x", &["time", "ls", "grep"]);
         check("ls # ; rm -rf /", &["ls"]);
     }
 
@@ -767,7 +816,6 @@ mod tests {
         check(r"l\s", &["ls"]);
         check("l's'", &["ls"]);
         check("l\\\ns", &["ls"]);
-        check("$'ls'", &["ls"]);
         check("'my prog' x", &["my prog"]);
         check("g++ -o x x.c", &["g++"]);
     }
@@ -807,7 +855,6 @@ mod tests {
             &["uname", "echo", "rm"],
         );
         check("case x in $(rm y)) ;; esac", &["rm"]);
-        check("coproc ls; coproc w { rm x; }", &["ls", "rm"]);
         check("{ ls; } > $(rm x)", &["ls", "rm"]);
     }
 
@@ -826,8 +873,7 @@ mod tests {
         check("echo \"$(echo \"$(rm x)\")\"", &["echo", "rm"]);
         check("echo \"a $(rm x) b\"", &["echo", "rm"]);
         check("echo \"`rm x`\"", &["echo", "rm"]);
-        check("echo $'a' $\"$(rm x)\"", &["echo", "rm"]);
-        check("echo $(echo a # )\nrm x)", &["echo", "rm"]);
+        check("echo $\"$(rm x)\"", &["echo", "rm"]);
     }
 
     #[test]
@@ -848,14 +894,14 @@ mod tests {
         check("A=1 B=2", &[]);
         check("a=(x $(rm y))", &["rm"]);
         check("export A=$(rm x)", &["export", "rm"]);
-        check("a[1]=x", &[]);
+        check("a=(x [1]=y)", &[]);
     }
 
     #[test]
     fn substitutions_in_redirections() {
         check("ls > $(rm x)", &["ls", "rm"]);
         check("ls 2>&1 >\"$(rm x)\"", &["ls", "rm"]);
-        check("ls &> `rm x`", &["ls", "rm"]);
+        check("ls 2>&1 >| `rm x`", &["ls", "rm"]);
         check("cat <<< \"$(rm x)\"", &["cat", "rm"]);
         check("> $(rm x)", &["rm"]);
     }
@@ -917,18 +963,12 @@ mod tests {
     #[test]
     fn arithmetic_is_only_accepted_with_literals() {
         check("echo $((1+2)) $[3*4] $((16#ff << 2))", &["echo"]);
-        check("(( 1 + 2 )); [[ 1 -eq 1 ]]", &[]);
         refused_dynamic("echo $(( $(rm x) ))");
         refused_dynamic("echo $((i+1))");
         refused_dynamic("echo $(( $x ))");
-        refused_dynamic("for ((i=0;i<3;i++)); do ls; done");
-        refused_dynamic("(( x ))");
-        refused_dynamic("[[ $x -eq 1 ]]");
         refused_dynamic("echo ${a[i]} ");
         refused_dynamic("echo ${a[$(rm x)]}");
         refused_dynamic("echo ${x:i}");
-        refused_dynamic("a[$(rm y)]=x");
-        refused_dynamic("a[i]=x");
         refused_dynamic("a=([i]=1)");
     }
 
@@ -936,10 +976,6 @@ mod tests {
     fn code_evaluating_expansions_are_refused() {
         refused_dynamic("echo ${!x}");
         refused_dynamic("echo ${x@P}");
-        refused_dynamic("[[ -v a[$(rm x)] ]]");
-        refused_dynamic("[[ -v $x ]]");
-        check("[[ -v x && -n $(rm y) ]]", &["rm"]);
-        check("[[ x =~ $(rm y) ]]", &["rm"]);
     }
 
     #[test]
@@ -957,11 +993,33 @@ mod tests {
             "{ls,rm}",
             "@(ls|rm)",
             "~/bin/x",
-            "$'\\x6c\\x73'",
             "ls; $CMD",
             "echo $(a=1; $b)",
         ] {
             refused_dynamic(line);
+        }
+    }
+
+    #[test]
+    fn bash_only_syntax_is_refused() {
+        // Each of these runs `rm` (or an unlisted program) under dash.
+        for line in [
+            "echo $'\\' ; rm x\necho '",
+            "$'ls'",
+            "[[ a || rm ]]",
+            "[[ -n $(rm x) ]]",
+            "(( 1 + 2 ))",
+            "for ((i=0;i<3;i++)); do ls; done",
+            "coproc ls",
+            "a[1]=x",
+            "B+=y ls",
+            "true &>/dev/null rm x",
+            "true &>>log rm x",
+            "cat <<$'X'\n$X\nrm x\nX",
+            "cat <<$\"X\"\n$X\nrm x\nX",
+            "cat <<\"A\\B\"\nA\\B\nrm x\nAB",
+        ] {
+            refused_syntax(line);
         }
     }
 
@@ -976,13 +1034,12 @@ mod tests {
     fn assignments_that_change_lookup_are_refused() {
         for line in [
             "PATH=/tmp ls",
-            "PATH+=:/tmp; ls",
+            "PATH=/tmp; ls",
             "LD_PRELOAD=x.so ls",
             "BASH_ENV=x bash",
             "export PATH=/x",
             "for PATH in /tmp; do ls; done",
             ": ${PATH:=/tmp}",
-            "PATH[0]=/tmp",
         ] {
             refused_dynamic(line);
         }
@@ -1010,9 +1067,29 @@ mod tests {
     }
 
     #[test]
+    fn here_document_lines_that_break_brush_are_refused() {
+        // Each of these panics inside brush-parser 0.4.0's tokenizer.
+        refused_syntax("cat <<EOF $(a\n)\nbody\nEOF");
+        refused_syntax("cat <<EOF \"x\ny\" ${a\n}\nbody\nEOF");
+        refused_syntax("cat <<EOF `b` \"$(a\n)\"\nbody\nEOF");
+        refused_syntax("cat <<EOF \\\n$(rm x)\nEOF");
+        check("cat <<'EOF' > \"$f\" # it's\nbody\nEOF", &["cat"]);
+        check(
+            "cat <<EOF | grep \"a b\" && ls\n$HOME\nEOF",
+            &["cat", "grep", "ls"],
+        );
+    }
+
+    #[test]
     fn mangled_tokens_are_refused() {
         // brush 0.4.0 tokenizes this into words ` rm` and ` ls` with a leading blank.
         refused_syntax("echo $(cat <<EOF 'a\nb'; rm x; ls)\nline\nEOF");
+        // ...and hoists `rm x` out of the substitution, leaving `$()`: bash runs `rm`.
+        refused_syntax("cat <<EOF $(A=\"m\nn\" rm x)\nline\nEOF\n");
+        // A comment inside `$(…)` is dropped from the word, so it no longer matches
+        // the source; refused rather than told apart from the case above.
+        refused_syntax("echo $(echo a # )\nrm x)");
+        check("echo 'a\\\nb' \\\n \"c\"", &["echo"]);
     }
 
     #[test]

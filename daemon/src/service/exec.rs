@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use yieldshell_proto::errors::ErrorKind;
-use yieldshell_proto::pb;
 use yieldshell_proto::session_config::{bytes_os, os_bytes};
+use yieldshell_proto::{pb, views};
 
 use super::{ControlService, clamp_output_bytes, output_to_pb};
 use crate::output::{OutputLog, ReadQuery, StreamFilter};
@@ -272,16 +272,10 @@ fn respond(proc: &ManagedProcess, max_out: usize, yield_ms: u64) -> pb::ExecResp
     let next_seq = out.next_seq;
     let id = &proc.id;
     let message = match status {
-        pb::ExecStatus::Backgrounded => format!(
-            "Still running after {yield_ms} ms, so it continues in the background as {id}. \
-             Next: read(process_id=\"{id}\", since_seq={next_seq}) for new output, wait(process_id=\"{id}\") \
-             to block until it exits, write(...) to send input, stop(process_id=\"{id}\") to end it."
-        ),
-        pb::ExecStatus::Completed if state.descendants > 0 => format!(
-            "The shell exited, but {} descendant process(es) still run (and may still write output). \
-             read(process_id=\"{id}\", since_seq={next_seq}) shows more; stop(process_id=\"{id}\") ends them.",
-            state.descendants
-        ),
+        pb::ExecStatus::Backgrounded => views::backgrounded_message(id, yield_ms, next_seq),
+        pb::ExecStatus::Completed if state.descendants > 0 => {
+            views::descendants_message(id, state.descendants, next_seq)
+        }
         _ => String::new(),
     };
     pb::ExecResponse {

@@ -177,6 +177,7 @@ impl LineMatcher {
 enum WaitOutcome {
     Exited,
     Deadline,
+    ShuttingDown,
     Matched(u64, Vec<u8>),
 }
 
@@ -221,7 +222,7 @@ async fn wait_until_match(
             _ = end_rx.changed() => {}
             _ = state_rx.changed() => {}
             _ = sleep => return WaitOutcome::Deadline,
-            _ = shutdown.cancelled() => return WaitOutcome::Deadline,
+            _ = shutdown.cancelled() => return WaitOutcome::ShuttingDown,
         }
     }
 }
@@ -266,10 +267,16 @@ pub(super) async fn wait(
             tokio::select! {
                 _ = state_rx.wait_for(|s| s.settled) => WaitOutcome::Exited,
                 _ = sleep => WaitOutcome::Deadline,
-                _ = shutdown.cancelled() => WaitOutcome::Deadline,
+                _ = shutdown.cancelled() => WaitOutcome::ShuttingDown,
             }
         }
     };
+    if matches!(outcome, WaitOutcome::ShuttingDown) {
+        return Err(ErrorKind::ShuttingDown.status(format!(
+            "yieldshelld is shutting down (it stops its processes, {} included); the wait was interrupted",
+            proc.id
+        )));
+    }
     let process = proc.info();
     let out = proc.output.read(&ReadQuery {
         since: None,
@@ -280,7 +287,9 @@ pub(super) async fn wait(
     });
     let (result, matched_line, matched_seq) = match outcome {
         WaitOutcome::Exited => (pb::WaitResult::Exited, Vec::new(), None),
-        WaitOutcome::Deadline => (pb::WaitResult::DeadlineReached, Vec::new(), None),
+        WaitOutcome::Deadline | WaitOutcome::ShuttingDown => {
+            (pb::WaitResult::DeadlineReached, Vec::new(), None)
+        }
         WaitOutcome::Matched(seq, line) => (pb::WaitResult::Matched, line, Some(seq)),
     };
     Ok(pb::WaitResponse {

@@ -1,0 +1,213 @@
+//! The `read` and `wait` tools.
+
+use std::sync::Arc;
+
+use rmcp::RoleServer;
+use rmcp::model::{CallToolResult, Tool, ToolAnnotations};
+use rmcp::service::RequestContext;
+use serde_json::{Value, json};
+use yieldshell_proto::pb;
+use yieldshell_proto::views::{ProcessErrorView, ReadView, StreamSelection, WaitView};
+
+use super::{
+    MAX_BLOCKING_MS, arg_error, describe, last_line, output_schema, process_error, respond,
+    respond_with, tool,
+};
+use crate::args::{ArgError, Args};
+use crate::progress::{HEARTBEAT, Progress};
+use crate::server::Shim;
+
+/// Largest `tail_lines`.
+const MAX_TAIL_LINES: u64 = 100_000;
+
+pub(super) fn read_definition(shim: &Shim) -> Tool {
+    let max_out = shim.config.policy.max_output_bytes.unwrap_or(20_000);
+    let input = json!({
+        "type": "object",
+        "properties": {
+            "process_id": {"type": "string", "description": "The process_id from exec or ps."},
+            "since_seq": {"type": "integer", "minimum": 1, "description": "Return output from this sequence number on (pass the previous response's next_seq: every byte comes exactly once, whatever max_output_bytes). Omit to get the latest output."},
+            "max_output_bytes": {"type": "integer", "minimum": 1, "maximum": max_out, "default": max_out, "description": "Most bytes per stream in this response."},
+            "streams": {"type": "string", "enum": ["both", "stdout", "stderr"], "default": "both", "description": "Which streams to return."},
+            "tail_lines": {"type": "integer", "minimum": 1, "maximum": MAX_TAIL_LINES, "description": "Latest view only: at most this many lines."}
+        },
+        "required": ["process_id"],
+        "additionalProperties": true
+    });
+    tool(
+        "read",
+        "Read a process's output",
+        "Read stdout/stderr of a running or finished process. With since_seq (the previous next_seq) it pages \
+         forward: the oldest unread bytes first, each byte exactly once; has_more says more is already there. \
+         Without since_seq it returns the latest output (first_seq says where it starts). truncated is true when \
+         requested bytes are no longer retained. Also returns status, exit_code and signal."
+            .to_string(),
+        input,
+        output_schema::<ReadView, ProcessErrorView>(),
+        ToolAnnotations::new()
+            .read_only(true)
+            .destructive(false)
+            .idempotent(true)
+            .open_world(false),
+    )
+}
+
+fn streams_arg(args: &Args) -> Result<StreamSelection, ArgError> {
+    Ok(args
+        .opt_enum("streams", &["both", "stdout", "stderr"])?
+        .and_then(StreamSelection::parse)
+        .unwrap_or(StreamSelection::Both))
+}
+
+pub(super) async fn read(shim: &Arc<Shim>, args: &Args<'_>) -> CallToolResult {
+    let id = args
+        .opt_string("process_id")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let parsed = (|| -> Result<pb::ReadRequest, ArgError> {
+        let process_id = args.string("process_id")?;
+        let streams = streams_arg(args)?;
+        let tail_lines = args.opt_u64("tail_lines")?;
+        if tail_lines.is_some_and(|n| n == 0 || n > MAX_TAIL_LINES) {
+            return Err(ArgError(format!(
+                "tail_lines must be between 1 and {MAX_TAIL_LINES}"
+            )));
+        }
+        Ok(pb::ReadRequest {
+            session_id: shim.session.id().to_string(),
+            process_id,
+            since_seq: args.opt_u64("since_seq")?.map(|s| s.max(1)),
+            max_output_bytes: args.opt_u64("max_output_bytes")?,
+            streams: streams.to_pb() as i32,
+            tail_lines: tail_lines.map(|n| n as u32),
+            use_spool: false,
+        })
+    })();
+    let req = match parsed {
+        Ok(r) => r,
+        Err(e) => return respond(Value::Object(arg_error(&e, Some(&id)))),
+    };
+    let streams = streams_arg(args).unwrap_or(StreamSelection::Both);
+    match shim
+        .session
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.read(req).await }
+        })
+        .await
+    {
+        Ok(r) => respond_with(&ReadView::new(
+            &r.process.unwrap_or_default(),
+            &r.output.unwrap_or_default(),
+            streams,
+        )),
+        Err(e) => {
+            let (msg, kind) = describe(&e);
+            respond(Value::Object(process_error(&req.process_id, &msg, kind)))
+        }
+    }
+}
+
+pub(super) fn wait_definition(shim: &Shim) -> Tool {
+    let max_out = shim.config.policy.max_output_bytes.unwrap_or(20_000);
+    let input = json!({
+        "type": "object",
+        "properties": {
+            "process_id": {"type": "string", "description": "The process_id from exec or ps."},
+            "timeout_ms": {"type": "integer", "minimum": 0, "default": 30_000, "description": "Longest wait; capped at 55000 ms so the call returns before MCP clients time out. When it passes, the process keeps running (wait_result: deadline_reached)."},
+            "max_output_bytes": {"type": "integer", "minimum": 1, "maximum": max_out, "default": max_out, "description": "Most bytes per stream of the latest output in the response."},
+            "until": {"type": "string", "description": "Regular expression: return as soon as an output line matches (wait_result: matched), e.g. \"listening on|ready\"."},
+            "since_seq": {"type": "integer", "minimum": 1, "default": 1, "description": "With until: match output from this sequence number on (default 1, so lines printed before the call count)."}
+        },
+        "required": ["process_id"],
+        "additionalProperties": true
+    });
+    tool(
+        "wait",
+        "Wait for a process",
+        "Block until the process exits (wait_result: exited), an output line matches `until` (matched), or \
+         timeout_ms passes (deadline_reached — the process keeps running; call wait again). Returns read's fields \
+         (latest output, status, exit_code, signal) plus descendants_running."
+            .to_string(),
+        input,
+        output_schema::<WaitView, ProcessErrorView>(),
+        ToolAnnotations::new()
+            .read_only(true)
+            .destructive(false)
+            .idempotent(true)
+            .open_world(false),
+    )
+}
+
+pub(super) async fn wait(
+    shim: &Arc<Shim>,
+    args: &Args<'_>,
+    ctx: &RequestContext<RoleServer>,
+) -> CallToolResult {
+    let id = args
+        .opt_string("process_id")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let parsed = (|| -> Result<(pb::WaitRequest, u64), ArgError> {
+        let process_id = args.string("process_id")?;
+        let timeout = args
+            .opt_u64("timeout_ms")?
+            .unwrap_or(30_000)
+            .min(MAX_BLOCKING_MS);
+        let until = args.opt_string("until")?.filter(|u| !u.is_empty());
+        Ok((
+            pb::WaitRequest {
+                session_id: shim.session.id().to_string(),
+                process_id,
+                timeout_ms: Some(timeout),
+                until,
+                since_seq: args.opt_u64("since_seq")?.map(|s| s.max(1)),
+                max_output_bytes: args.opt_u64("max_output_bytes")?,
+                streams: pb::Streams::Both as i32,
+            },
+            timeout,
+        ))
+    })();
+    let (req, timeout) = match parsed {
+        Ok(r) => r,
+        Err(e) => return respond(Value::Object(arg_error(&e, Some(&id)))),
+    };
+    let heartbeat = HEARTBEAT.as_millis() as u64;
+    let progress = Progress::from_request(ctx, Some(timeout)).filter(|_| timeout > heartbeat);
+    loop {
+        let slice = match &progress {
+            Some(p) => (timeout.saturating_sub(p.elapsed().as_millis() as u64)).min(heartbeat),
+            None => timeout,
+        };
+        let call = pb::WaitRequest {
+            timeout_ms: Some(slice),
+            ..req.clone()
+        };
+        let result = tokio::select! {
+            r = shim.session.call(|mut c| {
+                let call = call.clone();
+                async move { c.wait(call).await }
+            }) => r,
+            _ = ctx.ct.cancelled() => {
+                return respond(Value::Object(process_error(&req.process_id, "the wait was cancelled by the client", "invalid_argument")));
+            }
+        };
+        let resp = match result {
+            Ok(r) => r,
+            Err(e) => {
+                let (msg, kind) = describe(&e);
+                return respond(Value::Object(process_error(&req.process_id, &msg, kind)));
+            }
+        };
+        let done = resp.result != pb::WaitResult::DeadlineReached as i32;
+        match &progress {
+            Some(p) if !done && (p.elapsed().as_millis() as u64) < timeout => {
+                let out = resp.output.clone().unwrap_or_default();
+                p.send("waiting", last_line(&out.stdout, &out.stderr)).await;
+            }
+            _ => return respond_with(&WaitView::from(&resp)),
+        }
+    }
+}
