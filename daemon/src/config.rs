@@ -20,7 +20,7 @@ use crate::process::actor::ActorTiming;
 pub struct FileConfig {
     /// Running processes across all sessions (default 1000).
     pub max_running_processes: Option<u32>,
-    /// On-disk spool per process (default 64 MiB); the newest output is kept.
+    /// On-disk spool per process (default 64 MiB); the newest output is kept; 0 disables it.
     pub spool_max_bytes: Option<u64>,
     /// How long to keep draining output after a shell exits while descendants hold its pipes
     /// (default 200 ms).

@@ -11,6 +11,7 @@
 //! `docs/ARCHITECTURE.md` describes the ownership rules these modules follow.
 
 pub mod config;
+pub mod faults;
 pub mod listener;
 pub mod lock;
 pub mod output;
@@ -68,11 +69,31 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Keeps an actor's handle so shutdown can wait for it.
-    pub fn track_actor(&self, handle: JoinHandle<()>) {
+    /// Keeps an actor's handle so shutdown can wait for it, behind a watchdog: an actor that
+    /// panics (a bug) must not leave its process unsupervised (STYLE §7.2 rule 7), so the
+    /// watchdog kills the tree and marks the process `lost` (`supervisor_panic`).
+    pub fn track_actor(&self, proc: Arc<process::ManagedProcess>, handle: JoinHandle<()>) {
+        let store = self.store.clone();
+        let watchdog = tokio::spawn(async move {
+            let Err(e) = handle.await else {
+                return;
+            };
+            if !e.is_panic() {
+                return;
+            }
+            tracing::error!(process_id = %proc.id, "the process's supervisor panicked; killing its tree");
+            let pgid = proc.state().identity.map(|i| i.pid);
+            let id = proc.id.clone();
+            let _ =
+                tokio::task::spawn_blocking(move || process::tree::kill_tree_now(pgid, &id)).await;
+            proc.mark_supervisor_lost();
+            if let Err(e) = store.save(&proc.record()) {
+                tracing::warn!(process_id = %proc.id, "writing process record failed: {e}");
+            }
+        });
         let mut actors = self.actors.lock().unwrap_or_else(|e| e.into_inner());
         actors.retain(|h| !h.is_finished());
-        actors.push(handle);
+        actors.push(watchdog);
     }
 
     /// Removes a process's record, spool and registry entry.

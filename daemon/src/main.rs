@@ -70,7 +70,19 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// Raises the soft open-file limit to the hard one: every managed process costs the daemon three
+/// pipe descriptors, and the common soft default (1024) would cap it at ~300 processes.
+fn raise_fd_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+    {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+}
+
 fn real_main(args: Args) -> anyhow::Result<()> {
+    raise_fd_limit();
     let state_dir = match args.state_dir {
         Some(d) => d,
         None => paths::default_state_dir()?,

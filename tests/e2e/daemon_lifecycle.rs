@@ -294,3 +294,31 @@ async fn after_kill_9_the_next_daemon_marks_leftovers_lost_keeps_output_and_stop
     let (out, _) = c.read_all(&chatty, 1 << 20).await;
     assert!(String::from_utf8_lossy(&out).starts_with("chatty-out\n"));
 }
+
+#[tokio::test]
+async fn a_panicking_supervisor_kills_its_tree_and_marks_the_process_lost() {
+    let d =
+        TestDaemon::start_with_env(&[("YIELDSHELL_TEST_FAULTS", "actor_panic:PANIC_HERE")]).await;
+    let c = d.session();
+    let tb = testbin();
+    let doomed = c
+        .spawn_bg(&format!(
+            "echo PANIC_HERE; {tb} ready-sleep 600 & {tb} setsid 600 & wait"
+        ))
+        .await;
+    let healthy = c.spawn_bg(&format!("exec {tb} ready-sleep 600")).await;
+    let healthy_pid = c.ready_pids(&healthy, 1).await[0];
+    let w = c.wait_exit(&doomed).await;
+    let p = w.process.expect("process");
+    assert_eq!(p.status, pb::ProcessStatus::Lost as i32);
+    assert_eq!(p.lost_reason.as_deref(), Some("supervisor_panic"));
+    // Nothing of the doomed tree is left: no live process carries its marker.
+    assert!(
+        crate::helper::marked_processes(&doomed).is_empty(),
+        "{:?}",
+        crate::helper::marked_processes(&doomed)
+    );
+    // Nothing else is affected.
+    assert!(healthy_pid.alive());
+    assert!(c.stop(&healthy, "TERM", 2_000).await.expect("stop").stopped);
+}

@@ -146,11 +146,30 @@ impl Pid {
     }
 }
 
+/// Live processes whose environment carries `YIELDSHELL_PROCESS_ID=<id>` (a managed process and
+/// every descendant that kept its environment).
+pub fn marked_processes(process_id: &str) -> Vec<i32> {
+    let needle = format!("YIELDSHELL_PROCESS_ID={process_id}").into_bytes();
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let alive = stat_fields(*pid).is_some_and(|(state, _)| state != b'Z' && state != b'X');
+            alive
+                && std::fs::read(format!("/proc/{pid}/environ"))
+                    .is_ok_and(|env| env.split(|b| *b == 0).any(|e| e == needle.as_slice()))
+        })
+        .collect()
+}
+
 /// A real daemon on a private socket and state dir.
 pub struct TestDaemon {
     pub dir: tempfile::TempDir,
     pub socket: PathBuf,
     pub state: PathBuf,
+    /// Extra environment for the daemon process (fault injection).
+    pub env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -165,11 +184,20 @@ impl TestDaemon {
 
     /// Starts a daemon in a fresh directory and waits until it answers.
     pub async fn start() -> TestDaemon {
+        Self::start_with_env(&[]).await
+    }
+
+    /// Like [`TestDaemon::start`], with extra variables in the daemon's own environment.
+    pub async fn start_with_env(env: &[(&str, &str)]) -> TestDaemon {
         let dir = Self::new_dir();
         let mut d = TestDaemon {
             socket: dir.path().join("run").join("d.sock"),
             state: dir.path().join("state"),
             dir,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             child: None,
         };
         d.spawn().await;
@@ -188,12 +216,20 @@ impl TestDaemon {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
         c
     }
 
     /// (Re)starts the daemon process and waits for it to answer.
     pub async fn spawn(&mut self) {
-        let child = self.command().spawn().expect("spawn yieldshelld");
+        // Nobody reads a long-running daemon's stderr: never let a full pipe block it.
+        let child = self
+            .command()
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn yieldshelld");
         self.child = Some(child);
         let opts = self.opts();
         eventually("the daemon to answer", || {

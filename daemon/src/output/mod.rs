@@ -311,8 +311,14 @@ impl OutputLog {
                 return;
             }
             inner.ring.push(stream, data);
+            let ring_start = inner.ring.start();
             if let Some(spool) = inner.spool.as_mut() {
                 spool.append(stream, data);
+                // Bytes still waiting for the disk must stay readable: once the ring is about
+                // to lose them, write them out.
+                if spool.unflushed_from().is_some_and(|from| from < ring_start) {
+                    spool.flush();
+                }
             }
             match stream {
                 Stream::Stdout => inner.stdout.add(data),
@@ -324,9 +330,21 @@ impl OutputLog {
         self.end.send_modify(|e| e.next_seq = next_seq);
     }
 
+    /// Writes buffered spool bytes to disk (the pipe readers call this when output pauses).
+    pub fn flush_spool(&self) {
+        if let Some(spool) = self.lock().spool.as_mut() {
+            spool.flush();
+        }
+    }
+
     /// Marks the log complete; later appends are ignored.
     pub fn close(&self) {
-        self.lock().closed = true;
+        let mut inner = self.lock();
+        inner.closed = true;
+        if let Some(spool) = inner.spool.as_mut() {
+            spool.flush();
+        }
+        drop(inner);
         self.end.send_modify(|e| e.closed = true);
     }
 

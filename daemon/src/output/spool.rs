@@ -20,6 +20,10 @@ use super::Stream;
 /// Size of one segment file.
 pub(crate) const SEGMENT_BYTES: u64 = 4 * 1024 * 1024;
 
+/// Bytes buffered before they are written: floods arrive in many small pipe reads, and one
+/// write per read would make the disk the bottleneck.
+pub(crate) const FLUSH_BYTES: usize = 128 * 1024;
+
 /// Beyond this many stream-switch records the spool stops (pathological 1-byte interleaving).
 const MAX_SWITCH_RECORDS: u64 = 1 << 20;
 
@@ -30,8 +34,12 @@ const SWITCH_RECORD_BYTES: usize = 9;
 pub(crate) struct Spool {
     dir: PathBuf,
     max_segments: u64,
-    /// Sequence number of the next byte to write.
+    /// Sequence number of the next byte to append (written or pending).
     end: u64,
+    /// Bytes appended but not written yet, starting at `end - pending.len()`.
+    pending: Vec<u8>,
+    /// Stream-switch records not written yet.
+    pending_index: Vec<u8>,
     /// Oldest segment still on disk.
     first_segment: u64,
     current: Option<(u64, File)>,
@@ -87,6 +95,8 @@ impl Spool {
             dir: dir.to_path_buf(),
             max_segments: cap_bytes.div_ceil(SEGMENT_BYTES).max(1),
             end: 1,
+            pending: Vec::new(),
+            pending_index: Vec::new(),
             first_segment: 0,
             current: None,
             streams: None,
@@ -109,49 +119,80 @@ impl Spool {
         }
     }
 
-    /// Appends bytes; never fails (errors degrade the spool instead).
-    pub fn append(&mut self, stream: Stream, mut data: &[u8]) {
+    /// Appends bytes; never fails (errors degrade the spool instead). Bytes are buffered up to
+    /// [`FLUSH_BYTES`]; [`Spool::flush`] writes them.
+    pub fn append(&mut self, stream: Stream, data: &[u8]) {
         if self.degraded.is_some() {
             self.dropped += data.len() as u64;
             self.end += data.len() as u64;
             return;
         }
         if self.last_stream != Some(stream) {
-            if let Err(e) = self.record_switch(stream) {
-                self.degrade(format!("writing spool index: {e}"));
+            if self.switch_records >= MAX_SWITCH_RECORDS {
+                self.degrade("too many stream switches".into());
                 return self.append(stream, data);
             }
+            self.pending_index
+                .extend_from_slice(&self.end.to_le_bytes());
+            self.pending_index.push(stream.as_byte());
+            self.switch_records += 1;
             self.last_stream = Some(stream);
         }
-        while !data.is_empty() {
-            let segment = (self.end - 1) / SEGMENT_BYTES;
-            let room = (segment + 1) * SEGMENT_BYTES - (self.end - 1);
-            let n = data.len().min(usize::try_from(room).unwrap_or(usize::MAX));
-            if let Err(e) = self.write_segment(segment, &data[..n]) {
-                self.degrade(format!("writing spool segment: {e}"));
-                self.dropped += data.len() as u64;
-                self.end += data.len() as u64;
-                return;
-            }
-            self.end += n as u64;
-            data = &data[n..];
+        self.pending.extend_from_slice(data);
+        self.end += data.len() as u64;
+        if self.pending.len() >= FLUSH_BYTES {
+            self.flush();
         }
     }
 
-    fn record_switch(&mut self, stream: Stream) -> io::Result<()> {
-        if self.switch_records >= MAX_SWITCH_RECORDS {
-            return Err(io::Error::other("too many stream switches"));
+    /// Sequence number of the oldest byte not yet written, if any.
+    pub fn unflushed_from(&self) -> Option<u64> {
+        (!self.pending.is_empty()).then(|| self.end - self.pending.len() as u64)
+    }
+
+    /// Writes everything pending.
+    pub fn flush(&mut self) {
+        if self.pending.is_empty() && self.pending_index.is_empty() {
+            return;
         }
-        let f = self
-            .streams
-            .as_mut()
-            .ok_or_else(|| io::Error::other("no index"))?;
-        let mut rec = [0u8; SWITCH_RECORD_BYTES];
-        rec[..8].copy_from_slice(&self.end.to_le_bytes());
-        rec[8] = stream.as_byte();
-        f.write_all(&rec)?;
-        self.switch_records += 1;
-        Ok(())
+        let data = std::mem::take(&mut self.pending);
+        let index = std::mem::take(&mut self.pending_index);
+        if self.degraded.is_some() {
+            self.dropped += data.len() as u64;
+            return;
+        }
+        let mut pos = self.end - data.len() as u64;
+        let mut rest = &data[..];
+        while !rest.is_empty() {
+            let segment = (pos - 1) / SEGMENT_BYTES;
+            let room = (segment + 1) * SEGMENT_BYTES - (pos - 1);
+            let n = rest.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+            if let Err(e) = self.write_segment(segment, &rest[..n]) {
+                self.degrade(format!("writing spool segment: {e}"));
+                self.dropped += rest.len() as u64;
+                return;
+            }
+            pos += n as u64;
+            rest = &rest[n..];
+        }
+        if !index.is_empty() {
+            let written = self
+                .streams
+                .as_mut()
+                .ok_or_else(|| io::Error::other("no index"))
+                .and_then(|f| f.write_all(&index));
+            if let Err(e) = written {
+                self.degrade(format!("writing spool index: {e}"));
+            }
+        }
+        // Give back the memory of a flood's buffer once it has been written.
+        self.pending = if data.capacity() <= 2 * FLUSH_BYTES {
+            let mut d = data;
+            d.clear();
+            d
+        } else {
+            Vec::new()
+        };
     }
 
     fn write_segment(&mut self, segment: u64, data: &[u8]) -> io::Result<()> {
@@ -174,6 +215,12 @@ impl Spool {
     /// Sequence number of the oldest byte on disk.
     pub fn start(&self) -> u64 {
         (self.first_segment * SEGMENT_BYTES + 1).min(self.end)
+    }
+}
+
+impl Drop for Spool {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 
@@ -299,6 +346,9 @@ mod tests {
         s.append(Stream::Stdout, b"hello ");
         s.append(Stream::Stderr, b"\xff\x00err");
         s.append(Stream::Stdout, b"world");
+        assert_eq!(s.unflushed_from(), Some(1));
+        s.flush();
+        assert_eq!(s.unflushed_from(), None);
         let r = SpoolReader::open(dir.path()).expect("open");
         assert_eq!(r.range(), (1, 17));
         let runs = r.read(1, 100).expect("read");
@@ -327,6 +377,7 @@ mod tests {
         for _ in 0..13 {
             s.append(Stream::Stdout, &block);
         }
+        s.flush();
         // 13 MiB written, 4 MiB segments, cap 2 segments: segments 2 and 3 remain.
         assert_eq!(s.start(), 2 * SEGMENT_BYTES + 1);
         let r = SpoolReader::open(dir.path()).expect("open");
@@ -342,6 +393,7 @@ mod tests {
         std::os::unix::fs::symlink(&target, segment_path(dir.path(), 0)).expect("symlink");
         let mut s = Spool::create(dir.path(), 1 << 20);
         s.append(Stream::Stdout, b"secret");
+        s.flush();
         assert!(s.degraded.is_some());
         assert_eq!(s.dropped, 6);
         assert!(!target.exists());

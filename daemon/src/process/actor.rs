@@ -64,6 +64,8 @@ const DESCENDANT_POLL: Duration = Duration::from_millis(500);
 const READER_CUTOFF: Duration = Duration::from_millis(500);
 /// How long a write to stdin may block before it is reported as not accepted.
 const STDIN_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Quiet time after which buffered spool bytes are written.
+const SPOOL_FLUSH_DELAY: Duration = Duration::from_millis(50);
 /// Size of one pipe read.
 const READ_BUFFER: usize = 128 * 1024;
 
@@ -151,17 +153,36 @@ async fn pump(
     let mut buf = vec![0u8; READ_BUFFER];
     let mut redact = redactor.map(RedactStream::new);
     let mut clean = Vec::new();
+    // The spool buffers writes (one write per pipe read would make the disk the bottleneck of a
+    // flood); when output pauses for SPOOL_FLUSH_DELAY, what is buffered goes to disk, so a
+    // daemon crash loses at most that much of a quiet process's output.
+    let mut unflushed = false;
     loop {
-        match pipe.read(&mut buf).await {
-            Ok(0) => break,
-            Ok(n) => match redact.as_mut() {
-                Some(r) => {
-                    clean.clear();
-                    r.push(&buf[..n], &mut clean);
-                    log.append(stream, &clean);
+        let read = if unflushed {
+            match tokio::time::timeout(SPOOL_FLUSH_DELAY, pipe.read(&mut buf)).await {
+                Ok(r) => r,
+                Err(_quiet) => {
+                    log.flush_spool();
+                    unflushed = false;
+                    continue;
                 }
-                None => log.append(stream, &buf[..n]),
-            },
+            }
+        } else {
+            pipe.read(&mut buf).await
+        };
+        match read {
+            Ok(0) => break,
+            Ok(n) => {
+                match redact.as_mut() {
+                    Some(r) => {
+                        clean.clear();
+                        r.push(&buf[..n], &mut clean);
+                        log.append(stream, &clean);
+                    }
+                    None => log.append(stream, &buf[..n]),
+                }
+                unflushed = true;
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 tracing::warn!(?stream, "reading process output failed: {e}");
@@ -174,6 +195,7 @@ async fn pump(
         r.finish(&mut clean);
         log.append(stream, &clean);
     }
+    log.flush_spool();
 }
 
 async fn stdin_writer(
@@ -281,6 +303,9 @@ impl Actor {
     async fn run(mut self, exit: oneshot::Receiver<ExitHow>) {
         let mut exit = Some(exit);
         self.persist();
+        if crate::faults::actor_should_panic(&self.proc.command) {
+            panic!("injected fault: actor panic (YIELDSHELL_TEST_FAULTS)");
+        }
         loop {
             let state = self.proc.state();
             if state.settled && self.readers_done && self.stop.is_none() && state.descendants == 0 {

@@ -358,6 +358,23 @@ impl ManagedProcess {
         }
     }
 
+    /// Marks the process lost after its supervising actor died (a bug): the caller has already
+    /// killed its tree. Nothing else will ever update this process again.
+    pub fn mark_supervisor_lost(&self) {
+        let duration = self.started.elapsed();
+        self.state.send_modify(|s| {
+            s.status = Status::Lost;
+            s.lost_reason = Some("supervisor_panic".into());
+            if s.ended_at.is_none() {
+                s.ended_at = Some(SystemTime::now());
+                s.duration = Some(duration);
+            }
+            s.settled = true;
+            s.descendants = 0;
+        });
+        self.output.close();
+    }
+
     /// The persisted form of the current state.
     pub fn record(&self) -> ProcessRecord {
         let state = self.state();

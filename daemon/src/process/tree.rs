@@ -183,6 +183,25 @@ pub fn signal_tree(leader_pgid: Option<i32>, members: &[Identity], signal: Signa
     }
 }
 
+/// SIGKILLs a whole tree and waits (bounded) until it is gone. Blocking: for emergencies where
+/// no actor is left to do a graceful stop (its supervisor panicked).
+pub fn kill_tree_now(leader_pgid: Option<i32>, process_id: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let members = find_tree(leader_pgid, process_id);
+        let group_alive = leader_pgid.is_some_and(|g| killpg(Pid::from_raw(g), None).is_ok());
+        if members.is_empty() && !group_alive {
+            return;
+        }
+        signal_tree(leader_pgid, &members, Signal::SIGKILL);
+        if std::time::Instant::now() > deadline {
+            tracing::error!(process_id, "processes survived SIGKILL");
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// How managed trees are contained on this platform, for `Status` and the docs.
 pub fn containment_name() -> &'static str {
     if cfg!(target_os = "linux") {

@@ -232,7 +232,8 @@ fn start(
     };
     let output = Arc::new(OutputLog::new(
         usize::try_from(session.policy.max_buffer_bytes).unwrap_or(usize::MAX),
-        Some(&dir),
+        // spool_max_bytes = 0 turns the disk spool off.
+        (d.config.file.spool_max_bytes() > 0).then_some(dir.as_path()),
         d.config.file.spool_max_bytes(),
     ));
     let facts = ProcessFacts {
@@ -250,7 +251,7 @@ fn start(
     };
     let (proc, handle) = actor::launch(facts, spawned, output, redactor, timeout, ctx);
     d.registry.insert(proc.clone());
-    d.track_actor(handle);
+    d.track_actor(proc.clone(), handle);
     tracing::info!(process_id = %proc.id, pid = proc.state().identity.map(|i| i.pid), session = %session.id, "started");
     Ok(proc)
 }

@@ -1,0 +1,52 @@
+//! `yieldshell-bench`: YieldShell measured side by side with the original Python server
+//! (`mcp-yieldshell` 1.1.2 from PyPI, installed into a throwaway virtualenv by this program) and
+//! with the machine's floor, in one run, through one real MCP client (rmcp over stdio).
+//!
+//! Run from the workspace root: `cargo run --release -p yieldshell-bench` (see
+//! `docs/BENCHMARKS.md`). It prints a table and writes JSON. Benchmarks are not tests: nothing
+//! here asserts; targets are reported as met or missed.
+
+mod echo;
+mod measure;
+mod report;
+mod servers;
+mod stats;
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// Command-line options.
+#[derive(Debug, Parser)]
+#[command(name = "yieldshell-bench", version)]
+pub struct Opts {
+    /// Fewer iterations and the small sizes only (a smoke run).
+    #[arg(long)]
+    pub quick: bool,
+    /// Skip the original Python server (no virtualenv, no network).
+    #[arg(long)]
+    pub no_original: bool,
+    /// Also run the 1 GiB flood against the original server (slow).
+    #[arg(long)]
+    pub full: bool,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "target/bench/results.json")]
+    pub json: PathBuf,
+    /// Where the virtualenv with the original server is kept between runs.
+    #[arg(long, default_value = "target/bench/venv")]
+    pub venv: PathBuf,
+    /// Internal: serve a one-tool echo MCP server on stdio (the MCP floor).
+    #[arg(long, hide = true)]
+    pub echo_server: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    let opts = Opts::parse();
+    if opts.echo_server {
+        return echo::serve();
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(measure::run_all(&opts))
+}

@@ -1,0 +1,404 @@
+//! The measurements. Each scenario runs the same MCP calls against each server; the results
+//! are summaries (median, p95) and plain figures (MB/s, RSS).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+use crate::Opts;
+use crate::report;
+use crate::servers::{Bench, Client, Kind, peak_rss, reset_peak, rss};
+use crate::stats::Summary;
+
+/// Every figure of one server (or of the floor), by name.
+pub type Figures = BTreeMap<String, Value>;
+
+/// Iteration counts.
+struct Counts {
+    round_trips: usize,
+    cold_starts: usize,
+    stops: usize,
+    timeouts: usize,
+    flood_bytes: u64,
+    big_flood_bytes: u64,
+    many: [usize; 2],
+    clients: usize,
+    execs_per_client: usize,
+}
+
+impl Counts {
+    fn new(quick: bool) -> Counts {
+        if quick {
+            Counts {
+                round_trips: 30,
+                cold_starts: 5,
+                stops: 5,
+                timeouts: 3,
+                flood_bytes: 20_000_000,
+                big_flood_bytes: 0,
+                many: [20, 100],
+                clients: 4,
+                execs_per_client: 20,
+            }
+        } else {
+            Counts {
+                round_trips: 200,
+                cold_starts: 20,
+                stops: 30,
+                timeouts: 10,
+                flood_bytes: 200_000_000,
+                big_flood_bytes: 1 << 30,
+                many: [50, 1000],
+                clients: 20,
+                execs_per_client: 100,
+            }
+        }
+    }
+}
+
+fn put(f: &mut Figures, key: &str, v: impl serde::Serialize) {
+    f.insert(
+        key.to_string(),
+        serde_json::to_value(v).unwrap_or(Value::Null),
+    );
+}
+
+/// Runs everything and reports.
+pub async fn run_all(opts: &Opts) -> anyhow::Result<()> {
+    let counts = Counts::new(opts.quick);
+    let bench = Bench::setup(&opts.venv, opts.no_original).await?;
+    let mut results: BTreeMap<&str, Figures> = BTreeMap::new();
+    eprintln!("measuring the floor…");
+    results.insert("floor", floor(&bench, &counts).await?);
+    eprintln!("measuring yieldshell…");
+    results.insert(
+        "yieldshell",
+        suite(&bench, Kind::Ours, &counts, true).await?,
+    );
+    if bench.original.is_some() {
+        eprintln!("measuring the original server…");
+        results.insert(
+            "original",
+            suite(&bench, Kind::Original, &counts, opts.full).await?,
+        );
+    }
+    report::print(&results);
+    if let Some(dir) = opts.json.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(
+        &opts.json,
+        serde_json::to_vec_pretty(&report::document(&results))?,
+    )?;
+    eprintln!("results written to {}", opts.json.display());
+    Ok(())
+}
+
+async fn timed<T>(
+    f: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<(Duration, T)> {
+    let t = Instant::now();
+    let v = f.await?;
+    Ok((t.elapsed(), v))
+}
+
+async fn floor(bench: &Bench, c: &Counts) -> anyhow::Result<Figures> {
+    let mut f = Figures::new();
+    let mut spawns = Vec::new();
+    for _ in 0..c.round_trips {
+        let t = Instant::now();
+        let status = std::process::Command::new("/bin/sh")
+            .args(["-c", "true"])
+            .status()?;
+        spawns.push(t.elapsed());
+        if !status.success() {
+            bail!("sh -c true failed");
+        }
+    }
+    put(&mut f, "sh_spawn", Summary::of(&spawns));
+    for (key, bytes) in [("flood", c.flood_bytes), ("flood_1g", c.big_flood_bytes)] {
+        if bytes == 0 {
+            continue;
+        }
+        let cmd = format!("head -c {bytes} /dev/zero | tr '\\0' x > /dev/null");
+        let t = Instant::now();
+        std::process::Command::new("/bin/sh")
+            .args(["-c", &cmd])
+            .status()?;
+        let secs = t.elapsed().as_secs_f64();
+        put(&mut f, &format!("{key}_mb_s"), bytes as f64 / 1e6 / secs);
+    }
+    let echo = Client::start(bench.command(Kind::Echo)).await?;
+    let mut trips = Vec::new();
+    for i in 0..c.round_trips + 20 {
+        let (d, _) = timed(echo.call("echo", json!({"text": "hi"}))).await?;
+        if i >= 20 {
+            trips.push(d);
+        }
+    }
+    echo.close().await;
+    put(&mut f, "mcp_echo", Summary::of(&trips));
+    Ok(f)
+}
+
+fn exec_args(command: &str, yield_ms: u64) -> Value {
+    json!({"command": command, "side_effects": ["NONE"], "yield_ms": yield_ms})
+}
+
+async fn exec_done(client: &Client, command: &str) -> anyhow::Result<Value> {
+    let b = client.call("exec", exec_args(command, 30_000)).await?;
+    if b["status"] != "completed" {
+        bail!("{command}: expected completed, got {b}");
+    }
+    Ok(b)
+}
+
+/// Waits (in 55 s slices) until a process has exited; returns the last wait body.
+async fn wait_exit(client: &Client, id: &Value) -> anyhow::Result<Value> {
+    loop {
+        let b = client
+            .call(
+                "wait",
+                json!({"process_id": id, "timeout_ms": 55_000, "max_output_bytes": 100}),
+            )
+            .await?;
+        if b["wait_result"] != "deadline_reached" {
+            return Ok(b);
+        }
+    }
+}
+
+async fn suite(bench: &Bench, kind: Kind, c: &Counts, big_flood: bool) -> anyhow::Result<Figures> {
+    let mut f = Figures::new();
+
+    // Cold start: spawn → initialize → tools/list answered.
+    let mut starts = Vec::new();
+    for _ in 0..c.cold_starts {
+        let t = Instant::now();
+        let client = Client::start(bench.command(kind)).await?;
+        client.service.peer().list_all_tools().await?;
+        starts.push(t.elapsed());
+        client.close().await;
+    }
+    put(&mut f, "cold_start", Summary::of(&starts));
+    if kind == Kind::Ours {
+        put(
+            &mut f,
+            "cold_start_autostart",
+            cold_start_with_autostart(bench, c).await?,
+        );
+    }
+
+    let client = Client::start(bench.command(kind)).await?;
+    // Round trips (after a warm-up that also starts the connection to the daemon).
+    for _ in 0..10 {
+        exec_done(&client, "true").await?;
+    }
+    for (key, cmd) in [("exec_true", "true"), ("exec_echo", "echo hi")] {
+        let mut samples = Vec::new();
+        for _ in 0..c.round_trips {
+            let (d, _) = timed(exec_done(&client, cmd)).await?;
+            samples.push(d);
+        }
+        put(&mut f, key, Summary::of(&samples));
+    }
+    let last = exec_done(&client, "echo hi").await?;
+    let id = last["process_id"].clone();
+    let mut reads = Vec::new();
+    let mut ps = Vec::new();
+    for _ in 0..c.round_trips {
+        reads.push(
+            timed(client.call("read", json!({"process_id": id})))
+                .await?
+                .0,
+        );
+        ps.push(timed(client.call("ps", json!({"limit": 50}))).await?.0);
+    }
+    put(&mut f, "read", Summary::of(&reads));
+    put(&mut f, "ps", Summary::of(&ps));
+
+    // Stop latency of a shell that obeys SIGTERM.
+    let mut stops = Vec::new();
+    for _ in 0..c.stops {
+        let b = client
+            .call("exec", exec_args("sh -c \"sleep 60\"", 0))
+            .await?;
+        let id = b["process_id"].clone();
+        let (d, s) = timed(client.call("stop", json!({"process_id": id}))).await?;
+        if s["stopped"] != true {
+            bail!("stop failed: {s}");
+        }
+        stops.push(d);
+    }
+    put(&mut f, "stop", Summary::of(&stops));
+
+    // timeout_ms accuracy: how long past the deadline the call returns.
+    let mut late = Vec::new();
+    for _ in 0..c.timeouts {
+        let args = json!({"command": "sleep 60", "side_effects": ["NONE"], "yield_ms": 30_000, "timeout_ms": 300});
+        let (d, b) = timed(client.call("exec", args)).await?;
+        if b["status"] != "timed_out" {
+            bail!("expected timed_out, got {b}");
+        }
+        late.push(d.saturating_sub(Duration::from_millis(300)));
+    }
+    put(&mut f, "timeout_overshoot", Summary::of(&late));
+
+    // Idle memory.
+    let daemon_pid = if kind == Kind::Ours {
+        bench.daemon_pid
+    } else {
+        client.pid
+    };
+    put(
+        &mut f,
+        "idle_rss_shim_mib",
+        rss(client.pid) as f64 / 1048576.0,
+    );
+    put(
+        &mut f,
+        "idle_rss_daemon_mib",
+        rss(daemon_pid) as f64 / 1048576.0,
+    );
+
+    // Output floods.
+    for (key, bytes) in [("flood", c.flood_bytes), ("flood_1g", c.big_flood_bytes)] {
+        if bytes == 0 || (key == "flood_1g" && !big_flood) {
+            continue;
+        }
+        reset_peak(daemon_pid);
+        let before = rss(daemon_pid);
+        let cmd = format!("head -c {bytes} /dev/zero | tr '\\0' x");
+        let t = Instant::now();
+        let b = client.call("exec", exec_args(&cmd, 55_000)).await?;
+        if b["status"] != "completed" {
+            wait_exit(&client, &b["process_id"]).await?;
+        }
+        let secs = t.elapsed().as_secs_f64();
+        put(&mut f, &format!("{key}_mb_s"), bytes as f64 / 1e6 / secs);
+        put(&mut f, &format!("{key}_s"), secs);
+        put(
+            &mut f,
+            &format!("{key}_peak_rss_mib"),
+            peak_rss(daemon_pid).max(before) as f64 / 1048576.0,
+        );
+    }
+
+    // Many running processes: start rate, ps latency, memory.
+    for n in c.many {
+        let t = Instant::now();
+        let mut ids = Vec::new();
+        let mut tasks = Vec::new();
+        for _ in 0..n {
+            let peer = client.service.peer().clone();
+            tasks.push(tokio::spawn(async move {
+                let Value::Object(map) = exec_args("sleep 600", 0) else {
+                    unreachable!("literal object")
+                };
+                peer.call_tool(rmcp::model::CallToolRequestParams::new("exec").with_arguments(map))
+                    .await
+            }));
+        }
+        for task in tasks {
+            let r = task.await.context("join")??;
+            let body = r.structured_content.clone().unwrap_or(Value::Null);
+            if body["status"] != "backgrounded" {
+                bail!("starting process {} failed: {body}", ids.len());
+            }
+            ids.push(body["process_id"].clone());
+        }
+        let start_secs = t.elapsed().as_secs_f64();
+        put(
+            &mut f,
+            &format!("start_rate_{n}_per_s"),
+            n as f64 / start_secs,
+        );
+        let mut lat = Vec::new();
+        for _ in 0..20 {
+            lat.push(
+                timed(client.call(
+                    "ps",
+                    json!({"include_completed": false, "limit": 5000, "scope": "all"}),
+                ))
+                .await?
+                .0,
+            );
+        }
+        put(&mut f, &format!("ps_{n}"), Summary::of(&lat));
+        put(
+            &mut f,
+            &format!("rss_{n}_mib"),
+            rss(daemon_pid) as f64 / 1048576.0,
+        );
+        let mut stops = Vec::new();
+        for id in ids {
+            let peer = client.service.peer().clone();
+            stops.push(tokio::spawn(async move {
+                let Value::Object(map) = json!({"process_id": id, "signal": "SIGKILL"}) else {
+                    unreachable!("literal object")
+                };
+                peer.call_tool(rmcp::model::CallToolRequestParams::new("stop").with_arguments(map))
+                    .await
+            }));
+        }
+        for s in stops {
+            s.await.context("join")??;
+        }
+    }
+    client.close().await;
+
+    // Many clients at once.
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..c.clients {
+        let cmd = bench.command(kind);
+        let per = c.execs_per_client;
+        tasks.push(tokio::spawn(async move {
+            let client = Client::start(cmd).await?;
+            let mut samples = Vec::with_capacity(per);
+            for _ in 0..per {
+                samples.push(timed(exec_done(&client, "true")).await?.0);
+            }
+            client.close().await;
+            Ok::<_, anyhow::Error>(samples)
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.context("join")??);
+    }
+    let wall = t.elapsed().as_secs_f64();
+    put(&mut f, "clients_execs_per_s", all.len() as f64 / wall);
+    put(&mut f, "clients_exec", Summary::of(&all));
+    Ok(f)
+}
+
+/// Cold start when no daemon runs yet: the shim starts one (fresh socket each time).
+async fn cold_start_with_autostart(bench: &Bench, c: &Counts) -> anyhow::Result<Summary> {
+    let mut samples = Vec::new();
+    for i in 0..c.cold_starts {
+        let socket = bench.dir.path().join(format!("auto{i}")).join("s");
+        let mut cmd = bench.command(Kind::Ours);
+        cmd.env("YIELDSHELL_SOCKET", &socket)
+            .env(
+                "YIELDSHELL_STATE_DIR",
+                bench.dir.path().join(format!("auto{i}-state")),
+            )
+            .env_remove("YIELDSHELL_NO_AUTOSTART");
+        let t = Instant::now();
+        let client = Client::start(cmd).await?;
+        client.service.peer().list_all_tools().await?;
+        // The daemon starts with the first tool call; include it.
+        client.call("ps", json!({})).await?;
+        samples.push(t.elapsed());
+        client.close().await;
+        let _ = std::process::Command::new(bench.bin_dir.join("yieldctl"))
+            .args(["daemon", "stop"])
+            .env("YIELDSHELL_SOCKET", &socket)
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+    Ok(Summary::of(&samples))
+}
