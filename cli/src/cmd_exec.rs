@@ -72,6 +72,7 @@ pub async fn run(ctx: &Ctx, a: ExecArgs) -> anyhow::Result<u8> {
         timeout_ms: a.timeout_ms,
         max_output_bytes: None,
         shell: None,
+        process_id: None,
     };
     let resp = session
         .call(|mut c| {

@@ -4,6 +4,7 @@
 //!   `proto/yieldshell/v1/control.proto` (built with protox, so no `protoc` is needed).
 //! - [`paths`]: where the daemon's socket, state and config live, and the private-directory
 //!   checks both sides apply.
+//! - [`ids`]: the accepted forms of process ids (client-chosen ids are lowercase UUIDs).
 //! - [`errors`]: the `ys-error-kind` metadata that names each domain error, so clients branch on
 //!   kinds instead of parsing messages.
 //! - [`session_config`]: a client session's environment, default cwd and policy, read from the
@@ -14,6 +15,7 @@
 
 pub mod client;
 pub mod errors;
+pub mod ids;
 pub mod paths;
 pub mod session_config;
 pub mod views;

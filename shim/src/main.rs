@@ -1,7 +1,8 @@
-//! `mcp-yieldshell` entry point: validate the configuration, then serve MCP on stdio until the
-//! client closes stdin.
+//! `mcp-yieldshell` entry point: pick the profile, validate the configuration, then serve MCP on
+//! stdio until the client closes stdin.
 
 use clap::Parser;
+use mcp_yieldshell::profile::{self, Profile};
 use rmcp::ServiceExt;
 use yieldshell_proto::client::ConnectOptions;
 use yieldshell_proto::session_config::SessionConfig;
@@ -9,12 +10,21 @@ use yieldshell_proto::session_config::SessionConfig;
 /// Stdio MCP server for YieldShell (configured by YIELDSHELL_* variables; see the README).
 #[derive(Debug, Parser)]
 #[command(name = "mcp-yieldshell", version)]
-struct Cli {}
+struct Cli {
+    /// Tool set to serve: default (YieldShell's), jobs (MCP Background Job Server) or shell
+    /// (mcp-shell-server).
+    #[arg(long, value_enum, env = profile::ENV_PROFILE, default_value_t = Profile::Default)]
+    profile: Profile,
+}
 
 fn main() -> std::process::ExitCode {
-    let _cli = Cli::parse();
+    let cli = Cli::parse();
     // A bad configuration fails here, before anything is started (DESIGN §2).
-    let config = match SessionConfig::from_process_env() {
+    let configured = SessionConfig::from_process_env().and_then(|mut config| {
+        let settings = profile::configure(cli.profile, &mut config)?;
+        Ok((config, settings))
+    });
+    let (config, settings) = match configured {
         Ok(c) => c,
         Err(e) => {
             eprintln!("mcp-yieldshell: {e}");
@@ -31,8 +41,15 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let shim =
-        mcp_yieldshell::server::Shim::new(config, ConnectOptions::from_env("mcp-yieldshell"));
+    let client_name = match cli.profile {
+        Profile::Default => "mcp-yieldshell".to_string(),
+        other => format!("mcp-yieldshell --profile {}", other.as_str()),
+    };
+    let shim = mcp_yieldshell::server::Shim::with_profile(
+        config,
+        ConnectOptions::from_env(&client_name),
+        settings,
+    );
     let result = runtime.block_on(async move {
         let service = mcp_yieldshell::server::Handler(shim)
             .serve(rmcp::transport::stdio_pipes())

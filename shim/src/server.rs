@@ -2,7 +2,8 @@
 //!
 //! The shim holds no process state. It keeps one daemon [`Session`] (connected lazily on the
 //! first tool call, which also starts the daemon if needed), so `initialize` and `tools/list`
-//! are answered even when no daemon can be reached.
+//! are answered even when no daemon can be reached. Which tools it serves is its
+//! [profile](crate::profile).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,7 +19,8 @@ use yieldshell_proto::client::{self, ConnectOptions, Session};
 use yieldshell_proto::pb;
 use yieldshell_proto::session_config::SessionConfig;
 
-use crate::tools;
+use crate::profile::{Profile, ProfileSettings};
+use crate::{jobs, shell, tools};
 
 /// How long `initialize` spends looking for this project's running processes.
 const INSTRUCTIONS_LOOKUP: Duration = Duration::from_millis(500);
@@ -29,6 +31,8 @@ pub struct Shim {
     pub session: Arc<Session>,
     /// The validated session configuration (defaults shown in the schemas).
     pub config: SessionConfig,
+    /// The profile served, with its settings.
+    pub settings: ProfileSettings,
     tools: Vec<Tool>,
     instructions: Mutex<String>,
 }
@@ -45,18 +49,50 @@ for an output line such as a server's \"listening on\"), write to answer prompts
 tree. Processes survive restarts of this MCP server: ps lists this project's processes (scope=all for every one), \
 cleanup removes old records. Prefer exec over re-running a command that is still running in the background.";
 
+const JOBS_USAGE: &str = "Runs shell commands as background jobs. execute starts one (through /bin/sh -c) and returns \
+its job_id at once; status says running, completed, failed or killed; tail shows the last lines and output everything \
+kept; interact writes a line to its stdin and returns the output that follows; kill ends it with every process it \
+started; list shows the jobs of this project, also those an earlier session started.";
+
 impl Shim {
-    /// A shim for `config`, connecting with `opts`.
+    /// A shim serving the default profile for `config`, connecting with `opts`.
     pub fn new(config: SessionConfig, opts: ConnectOptions) -> Arc<Shim> {
+        Shim::with_profile(config, opts, ProfileSettings::Default)
+    }
+
+    /// A shim serving the profile of `settings` (see [`crate::profile::configure`]).
+    pub fn with_profile(
+        config: SessionConfig,
+        opts: ConnectOptions,
+        settings: ProfileSettings,
+    ) -> Arc<Shim> {
         let session = Arc::new(Session::new(opts, &config));
+        let usage = match &settings {
+            ProfileSettings::Default => USAGE.to_string(),
+            ProfileSettings::Jobs(_) => JOBS_USAGE.to_string(),
+            ProfileSettings::Shell(s) => shell::definition(s)
+                .description
+                .map(|d| d.into_owned())
+                .unwrap_or_default(),
+        };
         let mut shim = Shim {
             session,
             config,
+            settings,
             tools: Vec::new(),
-            instructions: Mutex::new(USAGE.to_string()),
+            instructions: Mutex::new(usage),
         };
-        shim.tools = tools::definitions(&shim);
+        shim.tools = match &shim.settings {
+            ProfileSettings::Default => tools::definitions(&shim),
+            ProfileSettings::Jobs(_) => jobs::definitions(),
+            ProfileSettings::Shell(s) => vec![shell::definition(s)],
+        };
         Arc::new(shim)
+    }
+
+    /// The profile served.
+    pub fn profile(&self) -> Profile {
+        self.settings.profile()
     }
 
     /// The tool definitions.
@@ -68,7 +104,7 @@ impl Shim {
         self.instructions
             .lock()
             .map(|s| s.clone())
-            .unwrap_or_else(|_| USAGE.to_string())
+            .unwrap_or_default()
     }
 
     /// Refreshes the instructions with this project's running processes, if a daemon already
@@ -155,7 +191,10 @@ impl ServerHandler for Handler {
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, McpError> {
         context.peer.set_peer_info(request.clone());
-        self.0.refresh_instructions().await;
+        // Only the default profile's instructions list running processes (by their ids).
+        if self.0.profile() == Profile::Default {
+            self.0.refresh_instructions().await;
+        }
         self.negotiate_initialize(&request)
     }
 
@@ -178,13 +217,25 @@ impl ServerHandler for Handler {
     ) -> Result<CallToolResponse, McpError> {
         let empty = serde_json::Map::new();
         let args = request.arguments.as_ref().unwrap_or(&empty);
-        match tools::call(&self.0, &request.name, args, &context).await {
+        let result = match &self.0.settings {
+            ProfileSettings::Default => tools::call(&self.0, &request.name, args, &context).await,
+            ProfileSettings::Jobs(_) => jobs::call(&self.0, &request.name, args).await,
+            ProfileSettings::Shell(s) => {
+                shell::call(&self.0, s, &request.name, args, &context).await
+            }
+        };
+        match result {
             Some(result) => Ok(result.into()),
             None => Err(McpError::invalid_params(
                 format!(
                     "unknown tool {:?}; this server has: {}",
                     request.name,
-                    tools::TOOL_NAMES.join(", ")
+                    self.0
+                        .tools()
+                        .iter()
+                        .map(|t| t.name.as_ref())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
                 None,
             )),

@@ -203,3 +203,43 @@ async fn a_timeout_kills_the_tree_and_reports_timed_out() {
         pids[0]
     );
 }
+
+#[tokio::test]
+async fn a_client_may_choose_the_process_id_once_and_only_as_a_uuid() {
+    let mut d = TestDaemon::start().await;
+    let c = d.session();
+    let id = "0f8e2c1a-5b7d-4e3f-9a1b-2c3d4e5f6a7b";
+    let chosen = |command: &str, id: &str| pb::ExecRequest {
+        process_id: Some(id.to_string()),
+        yield_ms: Some(30_000),
+        ..exec_req(command)
+    };
+    let r = c.exec_with(chosen("echo chosen", id)).await;
+    assert_eq!(r.status, pb::ExecStatus::Completed as i32);
+    assert_eq!(r.process.expect("process").process_id, id);
+    let read = c.read_since(id, 1, 1024).await;
+    assert_eq!(read.output.expect("output").stdout, b"chosen\n");
+    // Taken ids and other forms are refused before anything runs.
+    for bad in [
+        id,
+        "proc_1a2b3c4d5e6f",
+        "../escape",
+        "0F8E2C1A-5B7D-4E3F-9A1B-2C3D4E5F6A7B",
+    ] {
+        let r = c.exec_with(chosen("echo again", bad)).await;
+        assert_eq!(r.status, pb::ExecStatus::FailedToStart as i32, "{bad}");
+        assert_eq!(r.error_kind, ErrorKind::InvalidArgument.as_str(), "{bad}");
+        assert!(r.process.is_none());
+    }
+    // An empty id means "choose one for me", as before the field existed.
+    let r = c.exec_with(chosen("true", "")).await;
+    assert!(r.process.expect("process").process_id.starts_with("proc_"));
+    // The id survives a daemon restart (it names the record) and stays taken.
+    d.terminate();
+    d.spawn().await;
+    let c = d.session();
+    let listed = c.list(pb::Scope::All, true).await;
+    assert!(listed.iter().any(|p| p.process_id == id));
+    let r = c.exec_with(chosen("true", id)).await;
+    assert_eq!(r.error_kind, ErrorKind::InvalidArgument.as_str());
+}

@@ -10,4 +10,6 @@ mod daemon_lifecycle;
 mod daemon_output;
 mod daemon_policy;
 mod daemon_stop;
+mod profile_jobs;
+mod profile_shell;
 mod shim;

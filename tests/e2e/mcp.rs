@@ -52,10 +52,35 @@ pub fn shim_command(d: &TestDaemon, vars: &[(&str, &str)]) -> tokio::process::Co
     c
 }
 
+/// The shim command serving `profile` (`--profile jobs`, …).
+pub fn profile_command(
+    d: &TestDaemon,
+    profile: &str,
+    vars: &[(&str, &str)],
+) -> tokio::process::Command {
+    let mut c = shim_command(d, vars);
+    c.arg("--profile").arg(profile);
+    c
+}
+
 impl Mcp {
     /// Starts the shim against `d` and completes the MCP handshake.
     pub async fn start(d: &TestDaemon, vars: &[(&str, &str)]) -> Mcp {
         Mcp::start_command(shim_command(d, vars)).await
+    }
+
+    /// Starts the shim serving `profile` and completes the MCP handshake.
+    pub async fn start_profile(d: &TestDaemon, profile: &str, vars: &[(&str, &str)]) -> Mcp {
+        Mcp::start_command(profile_command(d, profile, vars)).await
+    }
+
+    /// The listed tools.
+    pub async fn tools(&self) -> Vec<rmcp::model::Tool> {
+        self.service
+            .peer()
+            .list_all_tools()
+            .await
+            .expect("tools/list")
     }
 
     /// Starts a prepared shim command.
@@ -135,6 +160,14 @@ pub fn body(r: &CallToolResult) -> Value {
     let parsed: Value = serde_json::from_str(&text).expect("text block is JSON");
     assert_eq!(parsed, structured, "text and structured content differ");
     structured
+}
+
+/// The text of a result's first text block (all an error of the jobs profile carries).
+pub fn text_of(r: &CallToolResult) -> String {
+    r.content
+        .iter()
+        .find_map(|c| c.as_text().map(|t| t.text.clone()))
+        .expect("a text block")
 }
 
 /// Whether the result is flagged as an error.

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use yieldshell_proto::errors::ErrorKind;
+use yieldshell_proto::ids::is_client_process_id;
 use yieldshell_proto::session_config::{bytes_os, os_bytes};
 use yieldshell_proto::{pb, views};
 
@@ -65,6 +66,11 @@ fn merged_env(
     Ok(env)
 }
 
+/// The client-chosen process id, if the request names one (empty counts as none).
+fn requested_id(req: &pb::ExecRequest) -> Option<&str> {
+    req.process_id.as_deref().filter(|id| !id.is_empty())
+}
+
 fn exec_status(status: Status) -> pb::ExecStatus {
     match status {
         Status::Running => pb::ExecStatus::Backgrounded,
@@ -86,6 +92,16 @@ pub(super) async fn exec(
         return Err(ErrorKind::ShuttingDown.status("yieldshelld is shutting down"));
     }
     let policy = &session.policy;
+    if let Some(id) = requested_id(&req)
+        && !is_client_process_id(id)
+    {
+        return Ok(refused(Refusal {
+            kind: ErrorKind::InvalidArgument,
+            message: format!(
+                "process_id {id:?} is not a lowercase UUID (such as 0f8e2c1a-5b7d-4e3f-9a1b-2c3d4e5f6a7b); omit it to get a daemon-chosen id"
+            ),
+        }));
+    }
     // DESIGN §5 order: side effects, command policy, cwd, limits, spawn.
     if let Err(r) = policy.check_side_effects(&req.side_effects) {
         return Ok(refused(r));
@@ -180,10 +196,24 @@ fn start(
             "the daemon already runs {total} processes (its max_running_processes is {global})"
         )));
     }
-    let mut id = new_process_id();
-    while d.registry.contains(&id) || d.store.dir(&id).exists() {
-        id = new_process_id();
-    }
+    let taken = |id: &str| d.registry.contains(id) || d.store.dir(id).exists();
+    let id = match requested_id(req) {
+        // Checked here, under the spawn lock, so two concurrent execs cannot both claim it.
+        Some(wanted) if taken(wanted) => {
+            return Err(Refusal {
+                kind: ErrorKind::InvalidArgument,
+                message: format!("process_id {wanted} is already in use"),
+            });
+        }
+        Some(wanted) => wanted.to_string(),
+        None => {
+            let mut id = new_process_id();
+            while taken(&id) {
+                id = new_process_id();
+            }
+            id
+        }
+    };
     let internal = |what: &str, e: std::io::Error| Refusal {
         kind: ErrorKind::SpawnFailed,
         message: format!("{what}: {e}"),

@@ -93,6 +93,7 @@ fn parse(shim: &Shim, args: &Args) -> Result<pb::ExecRequest, ArgError> {
         timeout_ms: args.opt_u64("timeout_ms")?,
         max_output_bytes: args.opt_u64("max_output_bytes")?,
         shell: args.opt_string("shell")?,
+        process_id: None,
     })
 }
 

@@ -121,7 +121,8 @@ fn schema_object(v: Value) -> JsonObject {
     }
 }
 
-fn schema_of<T: JsonSchema>() -> Value {
+/// The JSON Schema of `T`, without the `$schema` key (MCP tool schemas are plain objects).
+pub fn schema_of<T: JsonSchema>() -> Value {
     let mut v = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null);
     if let Value::Object(m) = &mut v {
         m.remove("$schema");

@@ -1,0 +1,301 @@
+//! `execute`, `list`, `status`, `output`, `tail` and `kill`: one or two control-plane calls each.
+
+use std::sync::Arc;
+
+use yieldshell_proto::client::ClientError;
+use yieldshell_proto::errors::ErrorKind;
+use yieldshell_proto::ids::is_client_process_id;
+use yieldshell_proto::pb;
+use yieldshell_proto::views::{format_unix_ms, text};
+
+use super::config::READ_PAGE_BYTES;
+use super::{
+    ExecuteOutput, JobSummary, KillOutput, ListOutput, ProcessOutput, StatusOutput, ToolError,
+    job_status,
+};
+use crate::args::Args;
+use crate::server::Shim;
+use crate::tools::describe;
+
+/// `tail`'s default line count (the spec's).
+pub const DEFAULT_TAIL_LINES: u64 = 50;
+/// Largest `lines` `tail` accepts (the spec's).
+pub const MAX_TAIL_LINES: u64 = 1000;
+/// Grace before `kill` escalates to SIGKILL: the original server's 5 s.
+const KILL_GRACE_MS: u64 = 5_000;
+/// Side effects every job declares: the spec has no such notion, and `UNKNOWN` says exactly
+/// that (it is not blocked by default; `MCP_YIELDSHELL_BLOCKED_SIDE_EFFECTS` can block it).
+const SIDE_EFFECTS: &str = "UNKNOWN";
+/// Most pages one `output` reads. The daemon keeps at most 64 MiB of output per process
+/// (`MAX_RING_BYTES`) and every page but the last moves at least [`READ_PAGE_BYTES`] forward,
+/// so this reads everything retained, while a job flooding faster than we read cannot keep the
+/// loop going for ever.
+const MAX_PAGES: usize = 72;
+
+/// A bad argument, worded as the original server's pydantic validation would be.
+fn invalid(message: impl std::fmt::Display) -> ToolError {
+    ToolError(format!("Invalid parameter: {message}"))
+}
+
+/// The required `job_id`. An id that is not a lowercase UUID names no job.
+pub(super) fn job_id(args: &Args) -> Result<String, ToolError> {
+    let id = args.string("job_id").map_err(invalid)?;
+    if is_client_process_id(&id) {
+        Ok(id)
+    } else {
+        Err(ToolError::not_found(&id))
+    }
+}
+
+/// Turns a failed call into the original's messages: unknown ids are `Job <id> not found`.
+pub(super) fn call_error(e: &ClientError, job_id: &str, what: &str) -> ToolError {
+    if e.kind() == ErrorKind::UnknownProcess {
+        return ToolError::not_found(job_id);
+    }
+    let (message, _) = describe(e);
+    ToolError(format!("Failed to {what}: {message}"))
+}
+
+/// One `Read` call.
+pub(super) async fn read(
+    shim: &Shim,
+    req: pb::ReadRequest,
+) -> Result<pb::ReadResponse, ClientError> {
+    let mut req = req;
+    req.session_id = shim.session.id().to_string();
+    shim.session
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.read(req).await }
+        })
+        .await
+}
+
+/// The job's state, without its output.
+pub(super) async fn info(
+    shim: &Shim,
+    job_id: &str,
+    what: &str,
+) -> Result<pb::ProcessInfo, ToolError> {
+    let r = read(
+        shim,
+        pb::ReadRequest {
+            process_id: job_id.to_string(),
+            max_output_bytes: Some(1),
+            ..Default::default()
+        },
+    )
+    .await
+    .map_err(|e| call_error(&e, job_id, what))?;
+    Ok(r.process.unwrap_or_default())
+}
+
+/// Everything retained from `since` on, paged forward so each byte comes exactly once.
+pub(super) async fn collect_since(
+    shim: &Shim,
+    job_id: &str,
+    since: u64,
+) -> Result<(Vec<u8>, Vec<u8>), ClientError> {
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let mut seq = since.max(1);
+    for _ in 0..MAX_PAGES {
+        let r = read(
+            shim,
+            pb::ReadRequest {
+                process_id: job_id.to_string(),
+                since_seq: Some(seq),
+                max_output_bytes: Some(READ_PAGE_BYTES),
+                ..Default::default()
+            },
+        )
+        .await?;
+        let out = r.output.unwrap_or_default();
+        stdout.extend_from_slice(&out.stdout);
+        stderr.extend_from_slice(&out.stderr);
+        if !out.has_more || out.next_seq <= seq {
+            break;
+        }
+        seq = out.next_seq;
+    }
+    Ok((stdout, stderr))
+}
+
+fn process_output(stdout: &[u8], stderr: &[u8]) -> ProcessOutput {
+    ProcessOutput {
+        stdout: text(stdout).0,
+        stderr: text(stderr).0,
+    }
+}
+
+/// Maps an `exec` refusal onto the original's messages.
+fn refusal(resp: &pb::ExecResponse) -> ToolError {
+    let kind = ErrorKind::parse(&resp.error_kind);
+    let prefix = match kind {
+        Some(ErrorKind::CommandDenied | ErrorKind::InvalidArgument) => "Invalid command",
+        Some(ErrorKind::LimitReached) => "Job limit reached",
+        _ => "Failed to execute command",
+    };
+    ToolError(format!("{prefix}: {}", resp.error))
+}
+
+pub(super) async fn execute(shim: &Arc<Shim>, args: &Args<'_>) -> Result<ExecuteOutput, ToolError> {
+    let command = args
+        .opt_string("command")
+        .map_err(invalid)?
+        .ok_or_else(|| invalid("missing required parameter command"))?;
+    if command.trim().is_empty() {
+        return Err(ToolError("Invalid command: Command cannot be empty".into()));
+    }
+    let job_id = uuid::Uuid::new_v4().to_string();
+    let req = pb::ExecRequest {
+        session_id: shim.session.id().to_string(),
+        command: command.into_bytes(),
+        side_effects: vec![SIDE_EFFECTS.to_string()],
+        // Return as soon as the job is registered: every job runs in the background.
+        yield_ms: Some(0),
+        process_id: Some(job_id.clone()),
+        ..Default::default()
+    };
+    let resp = shim
+        .session
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.exec(req).await }
+        })
+        .await
+        .map_err(|e| ToolError(format!("Failed to execute command: {}", describe(&e).0)))?;
+    let Some(process) = resp.process.as_ref() else {
+        return Err(refusal(&resp));
+    };
+    if process.process_id != job_id {
+        // A daemon older than client-chosen ids ignored ours. Its process would be a job nobody
+        // can address, so end it and say what to restart.
+        let stop = pb::StopRequest {
+            session_id: shim.session.id().to_string(),
+            process_id: process.process_id.clone(),
+            signal: "SIGKILL".into(),
+            force_after_ms: Some(0),
+        };
+        let _ = shim
+            .session
+            .call(|mut c| {
+                let stop = stop.clone();
+                async move { c.stop(stop).await }
+            })
+            .await;
+        return Err(ToolError(
+            "Failed to execute command: the running yieldshelld is too old for the jobs profile \
+             (it ignores client-chosen job ids); restart it with `yieldctl daemon stop`"
+                .into(),
+        ));
+    }
+    Ok(ExecuteOutput { job_id })
+}
+
+pub(super) async fn list(shim: &Arc<Shim>) -> Result<ListOutput, ToolError> {
+    let req = pb::ListRequest {
+        session_id: shim.session.id().to_string(),
+        include_completed: true,
+        limit: 0,
+        scope: pb::Scope::Project as i32,
+    };
+    let resp = shim
+        .session
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.list(req).await }
+        })
+        .await
+        .map_err(|e| ToolError(format!("Failed to list jobs: {}", describe(&e).0)))?;
+    let jobs = resp
+        .processes
+        .iter()
+        .filter(|p| is_client_process_id(&p.process_id))
+        .map(|p| JobSummary {
+            job_id: p.process_id.clone(),
+            status: job_status(p),
+            command: String::from_utf8_lossy(&p.command).into_owned(),
+            started: format_unix_ms(p.started_at_unix_ms),
+        })
+        .collect();
+    Ok(ListOutput { jobs })
+}
+
+pub(super) async fn status(shim: &Arc<Shim>, args: &Args<'_>) -> Result<StatusOutput, ToolError> {
+    let id = job_id(args)?;
+    let p = info(shim, &id, "get job status").await?;
+    Ok(StatusOutput {
+        status: job_status(&p),
+    })
+}
+
+pub(super) async fn output(shim: &Arc<Shim>, args: &Args<'_>) -> Result<ProcessOutput, ToolError> {
+    let id = job_id(args)?;
+    let (stdout, stderr) = collect_since(shim, &id, 1)
+        .await
+        .map_err(|e| call_error(&e, &id, "get job output"))?;
+    Ok(process_output(&stdout, &stderr))
+}
+
+pub(super) async fn tail(shim: &Arc<Shim>, args: &Args<'_>) -> Result<ProcessOutput, ToolError> {
+    let id = job_id(args)?;
+    let lines = args
+        .opt_u64("lines")
+        .map_err(invalid)?
+        .unwrap_or(DEFAULT_TAIL_LINES);
+    if !(1..=MAX_TAIL_LINES).contains(&lines) {
+        return Err(invalid(format!(
+            "lines must be between 1 and {MAX_TAIL_LINES}, not {lines}"
+        )));
+    }
+    // Each stream's own last lines, as the original keeps one buffer per stream.
+    let mut texts = Vec::with_capacity(2);
+    for streams in [pb::Streams::Stdout, pb::Streams::Stderr] {
+        let r = read(
+            shim,
+            pb::ReadRequest {
+                process_id: id.clone(),
+                max_output_bytes: Some(READ_PAGE_BYTES),
+                streams: streams as i32,
+                tail_lines: Some(lines as u32),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| call_error(&e, &id, "tail job output"))?;
+        let out = r.output.unwrap_or_default();
+        texts.push(match streams {
+            pb::Streams::Stderr => out.stderr,
+            _ => out.stdout,
+        });
+    }
+    Ok(process_output(&texts[0], &texts[1]))
+}
+
+pub(super) async fn kill(shim: &Arc<Shim>, args: &Args<'_>) -> Result<KillOutput, ToolError> {
+    let id = args.string("job_id").map_err(invalid)?;
+    let answer = |s: &str| Ok(KillOutput { status: s.into() });
+    if !is_client_process_id(&id) {
+        return answer("not_found");
+    }
+    let req = pb::StopRequest {
+        session_id: shim.session.id().to_string(),
+        process_id: id.clone(),
+        signal: "SIGTERM".into(),
+        force_after_ms: Some(KILL_GRACE_MS),
+    };
+    match shim
+        .session
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.stop(req).await }
+        })
+        .await
+    {
+        Ok(r) if r.stopped => answer("killed"),
+        Ok(r) if r.error_kind == ErrorKind::ProcessExited.as_str() => answer("already_terminated"),
+        Ok(r) => Err(ToolError(format!("Failed to kill job: {}", r.error))),
+        Err(e) if e.kind() == ErrorKind::UnknownProcess => answer("not_found"),
+        Err(e) => Err(ToolError(format!("Failed to kill job: {}", describe(&e).0))),
+    }
+}
