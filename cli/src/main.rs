@@ -10,6 +10,7 @@ mod cmd_procs;
 mod cmd_read;
 mod exit;
 mod render;
+mod style;
 
 use std::path::PathBuf;
 
@@ -27,6 +28,9 @@ pub struct Cli {
     /// Daemon socket [default: $YIELDSHELL_SOCKET, else the per-user default].
     #[arg(long, global = true, value_name = "PATH")]
     pub socket: Option<PathBuf>,
+    /// Colour human output: auto (when stdout is a terminal and NO_COLOR is unset), always, never.
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = style::ColorChoice::Auto)]
+    pub color: style::ColorChoice,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -61,6 +65,8 @@ const CLI_PAGE_BYTES: u64 = 4 * 1024 * 1024;
 pub struct Ctx {
     /// `--json`.
     pub json: bool,
+    /// Whether human output on stdout is coloured (`--color`, `NO_COLOR`, stdout a terminal).
+    pub color: bool,
     /// Connection options.
     pub opts: ConnectOptions,
 }
@@ -86,6 +92,7 @@ fn main() -> std::process::ExitCode {
     }
     let ctx = Ctx {
         json: cli.json,
+        color: cli.color.for_stdout(),
         opts,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
