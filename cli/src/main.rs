@@ -5,9 +5,11 @@
 //! [`exit`] and in the README.
 
 mod cmd_daemon;
+mod cmd_docs;
 mod cmd_exec;
 mod cmd_procs;
 mod cmd_read;
+mod cmd_service;
 mod exit;
 mod render;
 mod style;
@@ -56,6 +58,13 @@ pub enum Command {
     /// Manage the daemon itself.
     #[command(subcommand)]
     Daemon(cmd_daemon::DaemonCommand),
+    /// Run the daemon as a per-user service (systemd on Linux, launchd on macOS).
+    #[command(subcommand)]
+    Service(cmd_service::ServiceCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cmd_docs::CompletionsArgs),
+    /// Print the man page, or write every page into a directory.
+    Man(cmd_docs::ManArgs),
 }
 
 /// Page size of `yieldctl` reads unless `YIELDSHELL_MAX_OUTPUT_BYTES` says otherwise.
@@ -115,6 +124,9 @@ fn main() -> std::process::ExitCode {
             Command::Write(a) => cmd_procs::write(&ctx, a).await,
             Command::Cleanup(a) => cmd_procs::cleanup(&ctx, a).await,
             Command::Daemon(c) => cmd_daemon::run(&ctx, c).await,
+            Command::Service(c) => cmd_service::run(&ctx, c).await,
+            Command::Completions(a) => cmd_docs::completions(a),
+            Command::Man(a) => cmd_docs::man(&ctx, a),
         }
     });
     match result {
