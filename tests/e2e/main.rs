@@ -10,4 +10,5 @@ mod daemon_lifecycle;
 mod daemon_output;
 mod daemon_policy;
 mod daemon_stop;
+mod packaging;
 mod shim;
