@@ -6,7 +6,7 @@ use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::pb;
 use yieldshell_proto::views::{self, CleanupView, ProcessSummary, PsView, StopView, WriteView};
 
-use crate::{Ctx, exit, render};
+use crate::{Ctx, exit, render, style};
 
 /// Arguments of `ps`.
 #[derive(Debug, Args)]
@@ -51,9 +51,13 @@ pub async fn ps(ctx: &Ctx, a: PsArgs) -> anyhow::Result<u8> {
         eprintln!("no processes");
         return Ok(exit::OK);
     }
-    let mut table = comfy_table::Table::new();
-    table.load_preset(comfy_table::presets::NOTHING);
-    table.set_header(["ID", "PID", "STATUS", "EXIT", "TIME", "NAME", "COMMAND"]);
+    let mut table = render::Table::new(
+        vec![
+            "ID", "PID", "STATUS", "EXIT", "STARTED", "TIME", "NAME", "COMMAND",
+        ],
+        ctx.color,
+    );
+    let now = render::now_unix_ms();
     for p in &resp.processes {
         let status = views::process_status_name(p.status);
         let exit = match (&p.exit_code, &p.signal) {
@@ -66,17 +70,25 @@ pub async fn ps(ctx: &Ctx, a: PsArgs) -> anyhow::Result<u8> {
         } else {
             status.to_string()
         };
-        table.add_row([
-            p.process_id.clone(),
-            p.pid.map_or("-".into(), |x| x.to_string()),
-            status,
-            exit,
-            render::duration_ms(p.duration_ms),
-            render::truncate(&render::escape(p.name.as_bytes()), 20),
-            render::truncate(&render::escape(&p.command), 60),
+        table.row(vec![
+            (p.process_id.clone(), None),
+            (p.pid.map_or("-".into(), |x| x.to_string()), None),
+            (status, style::for_status(p)),
+            (exit, None),
+            (render::ago(now, p.started_at_unix_ms), None),
+            (render::duration_ms(p.duration_ms), None),
+            (
+                if p.name.is_empty() {
+                    "-".into()
+                } else {
+                    render::truncate(&render::escape(p.name.as_bytes()), 20)
+                },
+                None,
+            ),
+            (render::truncate(&render::escape(&p.command), 60), None),
         ]);
     }
-    println!("{table}");
+    render::stdout_bytes(table.render().as_bytes())?;
     Ok(exit::OK)
 }
 

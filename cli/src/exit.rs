@@ -3,10 +3,11 @@
 //! | code | meaning |
 //! |---|---|
 //! | 0 | success (also: stdout closed by the reader, e.g. `| head`) |
-//! | 1 | the daemon refused or reported an error (unknown id, policy, …) |
+//! | 1 | the daemon refused or reported an error (unknown id, policy, …); `service`, `man --dir`: a step failed or `install` refused |
 //! | 2 | usage error (bad arguments, bad `YIELDSHELL_*` configuration) |
 //! | 3 | no daemon could be reached or started |
 //! | 4 | protocol mismatch between yieldctl and the daemon |
+//! | 70 | yieldctl itself failed (no runtime) |
 //! | `exec`/`wait`: the command's own exit code when it exited; 128+N when signal N ended it; 124 when it timed out (`timeout_ms`) or `wait` hit its deadline |
 
 use yieldshell_proto::errors::ErrorKind;
@@ -23,7 +24,7 @@ pub const UNAVAILABLE: u8 = 3;
 pub const PROTOCOL: u8 = 4;
 /// Timed out (like timeout(1)).
 pub const TIMED_OUT: u8 = 124;
-/// yieldctl itself failed.
+/// yieldctl itself failed (like sysexits' EX_SOFTWARE).
 pub const INTERNAL: u8 = 70;
 
 /// Exit code for an error kind.
@@ -91,6 +92,18 @@ pub fn code(c: u8) -> std::process::ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_readme_documents_every_fixed_exit_code() {
+        let readme = include_str!("../../README.md");
+        for code in [OK, FAILURE, USAGE, UNAVAILABLE, PROTOCOL, INTERNAL] {
+            assert!(
+                readme.contains(&format!("\n| {code} | ")),
+                "README's exit-code table lacks {code}"
+            );
+        }
+        assert!(readme.contains(&format!(" {TIMED_OUT} when it timed out")));
+    }
 
     #[test]
     fn exit_codes_mirror_the_process() {

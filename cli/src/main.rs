@@ -5,11 +5,14 @@
 //! [`exit`] and in the README.
 
 mod cmd_daemon;
+mod cmd_docs;
 mod cmd_exec;
 mod cmd_procs;
 mod cmd_read;
+mod cmd_service;
 mod exit;
 mod render;
+mod style;
 
 use std::path::PathBuf;
 
@@ -27,6 +30,9 @@ pub struct Cli {
     /// Daemon socket [default: $YIELDSHELL_SOCKET, else the per-user default].
     #[arg(long, global = true, value_name = "PATH")]
     pub socket: Option<PathBuf>,
+    /// Colour human output: auto (when stdout is a terminal and NO_COLOR is unset), always, never.
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = style::ColorChoice::Auto)]
+    pub color: style::ColorChoice,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -52,6 +58,13 @@ pub enum Command {
     /// Manage the daemon itself.
     #[command(subcommand)]
     Daemon(cmd_daemon::DaemonCommand),
+    /// Run the daemon as a per-user service (systemd on Linux, launchd on macOS).
+    #[command(subcommand)]
+    Service(cmd_service::ServiceCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cmd_docs::CompletionsArgs),
+    /// Print the man page, or write every page into a directory.
+    Man(cmd_docs::ManArgs),
 }
 
 /// Page size of `yieldctl` reads unless `YIELDSHELL_MAX_OUTPUT_BYTES` says otherwise.
@@ -61,6 +74,8 @@ const CLI_PAGE_BYTES: u64 = 4 * 1024 * 1024;
 pub struct Ctx {
     /// `--json`.
     pub json: bool,
+    /// Whether human output on stdout is coloured (`--color`, `NO_COLOR`, stdout a terminal).
+    pub color: bool,
     /// Connection options.
     pub opts: ConnectOptions,
 }
@@ -86,6 +101,7 @@ fn main() -> std::process::ExitCode {
     }
     let ctx = Ctx {
         json: cli.json,
+        color: cli.color.for_stdout(),
         opts,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -108,6 +124,9 @@ fn main() -> std::process::ExitCode {
             Command::Write(a) => cmd_procs::write(&ctx, a).await,
             Command::Cleanup(a) => cmd_procs::cleanup(&ctx, a).await,
             Command::Daemon(c) => cmd_daemon::run(&ctx, c).await,
+            Command::Service(c) => cmd_service::run(&ctx, c).await,
+            Command::Completions(a) => cmd_docs::completions(a),
+            Command::Man(a) => cmd_docs::man(&ctx, a),
         }
     });
     match result {

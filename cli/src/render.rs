@@ -1,11 +1,16 @@
-//! Human output: raw output bytes, escaped table cells, durations, JSON printing.
+//! Human output: raw output bytes, escaped table cells, aligned tables, durations and relative
+//! times, JSON printing.
 //!
 //! Output of processes is written byte-exact (`read > file` reproduces it); only table cells are
-//! escaped, so a command line with escape sequences cannot repaint the user's terminal.
+//! escaped, so a command line with escape sequences cannot repaint the user's terminal. The only
+//! escape sequences `yieldctl` itself prints are the colours of [`crate::style`], and only when
+//! the caller asked for them.
 
 use std::io::Write;
 
 use serde::Serialize;
+
+use crate::style::Color;
 
 /// Writes raw bytes to stdout.
 pub fn stdout_bytes(b: &[u8]) -> std::io::Result<()> {
@@ -66,6 +71,98 @@ pub fn duration_ms(ms: u64) -> String {
     }
 }
 
+/// How long ago `then_ms` was at `now_ms` (both Unix milliseconds): `5s ago`, `3m ago`,
+/// `2h ago`, `4d ago`. A time in the future (clock skew) reads `just now`.
+pub fn ago(now_ms: i64, then_ms: i64) -> String {
+    let Ok(ms) = u64::try_from(now_ms - then_ms) else {
+        return "just now".into();
+    };
+    let secs = ms / 1000;
+    if secs < 60 {
+        format!("{secs}s ago")
+    } else if secs < 3600 {
+        format!("{}m ago", secs / 60)
+    } else if secs < 86_400 {
+        format!("{}h ago", secs / 3600)
+    } else {
+        format!("{}d ago", secs / 86_400)
+    }
+}
+
+/// The current time in Unix milliseconds.
+pub fn now_unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// A left-aligned text table: columns separated by two spaces, widths from the visible text.
+///
+/// Widths are computed before colour is applied, so coloured cells line up exactly like plain
+/// ones (a table library that measures the escape sequences would misalign them).
+#[derive(Debug)]
+pub struct Table {
+    header: Vec<&'static str>,
+    rows: Vec<Vec<(String, Option<Color>)>>,
+    color: bool,
+}
+
+impl Table {
+    /// A table with these column headers; `color` says whether cell colours are printed.
+    pub fn new(header: Vec<&'static str>, color: bool) -> Table {
+        Table {
+            header,
+            rows: Vec::new(),
+            color,
+        }
+    }
+
+    /// Adds a row: one `(text, colour)` per column.
+    pub fn row(&mut self, cells: Vec<(String, Option<Color>)>) {
+        self.rows.push(cells);
+    }
+
+    /// The rendered table, one line per row, each ending in a newline.
+    pub fn render(&self) -> String {
+        let width = |s: &str| s.chars().count();
+        let mut widths: Vec<usize> = self.header.iter().map(|h| width(h)).collect();
+        for row in &self.rows {
+            for (i, (text, _)) in row.iter().enumerate() {
+                if let Some(w) = widths.get_mut(i) {
+                    *w = (*w).max(width(text));
+                }
+            }
+        }
+        let mut out = String::new();
+        let header = self.header.iter().map(|h| (h.to_string(), None));
+        let lines = std::iter::once(header.collect::<Vec<_>>()).chain(self.rows.iter().cloned());
+        for cells in lines {
+            let mut line = String::new();
+            let last = cells.len().saturating_sub(1);
+            for (i, (text, color)) in cells.iter().enumerate() {
+                if i > 0 {
+                    line.push_str("  ");
+                }
+                match color {
+                    Some(c) if self.color => line.push_str(&c.paint(text)),
+                    _ => line.push_str(text),
+                }
+                if i < last {
+                    let pad = widths
+                        .get(i)
+                        .copied()
+                        .unwrap_or(0)
+                        .saturating_sub(width(text));
+                    line.extend(std::iter::repeat_n(' ', pad));
+                }
+            }
+            out.push_str(&line);
+            out.push('\n');
+        }
+        out
+    }
+}
+
 /// Shortens text to `max` characters with an ellipsis.
 pub fn truncate(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
@@ -84,6 +181,42 @@ mod tests {
     fn escapes_terminal_control_sequences() {
         assert_eq!(escape(b"a\x1b[31mb\n"), "a\\x1b[31mb\\n");
         assert_eq!(escape(b"\xff"), "\u{fffd}");
+    }
+
+    #[test]
+    fn relative_times_read_naturally() {
+        let now = 1_000_000_000;
+        assert_eq!(ago(now, now - 4_900), "4s ago");
+        assert_eq!(ago(now, now - 185_000), "3m ago");
+        assert_eq!(ago(now, now - 7_260_000), "2h ago");
+        assert_eq!(ago(now, now - 3 * 86_400_000), "3d ago");
+        assert_eq!(ago(now, now + 5_000), "just now");
+    }
+
+    #[test]
+    fn tables_align_on_visible_width_even_when_coloured() {
+        let mut t = Table::new(vec!["ID", "STATUS", "CMD"], true);
+        t.row(vec![
+            ("a".into(), None),
+            ("running".into(), Some(Color::Yellow)),
+            ("sleep 9".into(), None),
+        ]);
+        t.row(vec![
+            ("bbb".into(), None),
+            ("ok".into(), Some(Color::Green)),
+            ("true".into(), None),
+        ]);
+        assert_eq!(
+            t.render(),
+            "ID   STATUS   CMD\n\
+             a    \x1b[33mrunning\x1b[0m  sleep 9\n\
+             bbb  \x1b[32mok\x1b[0m       true\n"
+        );
+        let plain = Table { color: false, ..t };
+        assert_eq!(
+            plain.render(),
+            "ID   STATUS   CMD\na    running  sleep 9\nbbb  ok       true\n"
+        );
     }
 
     #[test]

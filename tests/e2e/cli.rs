@@ -174,3 +174,124 @@ async fn without_a_daemon_and_autostart_off_the_error_is_clear() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn read_follow_ends_for_ended_stopped_and_detached_output() {
+    let d = TestDaemon::start().await;
+    let follow = |id: &str| {
+        d.yieldctl()
+            .args(["read", id, "--follow"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("follow")
+    };
+    let finish = |child: std::process::Child| {
+        let out = child.wait_with_output().expect("follow ends");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+
+    // Already ended: prints everything and returns.
+    let done = json(&run(d.yieldctl().args([
+        "--json",
+        "exec",
+        "--",
+        "echo done",
+    ])));
+    let id = done["process_id"].as_str().expect("id");
+    assert_eq!(finish(follow(id)), b"done\n");
+
+    // Stopped while followed.
+    let v = json(&run(d.yieldctl().args([
+        "--json",
+        "exec",
+        "--yield-ms",
+        "0",
+        "--",
+        "echo up; exec sleep 60",
+    ])));
+    let id = v["process_id"].as_str().expect("id").to_string();
+    let child = follow(&id);
+    let stop = run(d.yieldctl().args(["stop", &id]));
+    assert!(stop.status.success());
+    assert_eq!(finish(child), b"up\n");
+
+    // The shell exited but a background child still holds its output: follow keeps printing
+    // that child's output and ends when the child closes it.
+    let gate = d.dir.path().join("gate");
+    std::fs::write(&gate, b"").expect("gate");
+    let cmd = format!(
+        "echo a; (while [ -e {g} ]; do sleep 0.05; done; echo late) & echo bg",
+        g = gate.display()
+    );
+    let v = json(&run(d.yieldctl().args(["--json", "exec", "--", &cmd])));
+    assert_eq!(v["status"], "completed", "{v}");
+    assert!(v["descendants_running"].as_u64() >= Some(1), "{v}");
+    let child = follow(v["process_id"].as_str().expect("id"));
+    std::fs::remove_file(&gate).expect("release");
+    assert_eq!(finish(child), b"a\nbg\nlate\n");
+}
+
+#[tokio::test]
+async fn daemon_status_and_logs_show_what_a_user_needs() {
+    let d = TestDaemon::start().await;
+    let out = run(d.yieldctl().args(["daemon", "status"]));
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    for line in [
+        "yieldshelld ",
+        &format!("pid          {}", d.pid()),
+        "uptime ",
+        &format!("socket       {}", d.socket.display()),
+        &format!("state dir    {}", d.state.display()),
+        "processes    0 running",
+        "memory ",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+    let v = json(&run(d.yieldctl().args(["--json", "daemon", "status"])));
+    assert_eq!(v["pid"], d.pid());
+    assert!(v["rss_bytes"].as_u64().expect("rss") > 0, "{v}");
+
+    // `logs --follow` prints the log so far, then new lines as the daemon writes them.
+    let mut logs = d
+        .yieldctl()
+        .args(["daemon", "logs", "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("logs --follow");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = logs.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let wait_for = |needle: &str| {
+        let deadline = std::time::Instant::now() + crate::helper::TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return,
+                Ok(_) => {}
+                Err(e) => panic!("no log line with {needle:?}: {e}"),
+            }
+        }
+    };
+    wait_for("yieldshelld ready");
+    let v = json(&run(d.yieldctl().args(["--json", "exec", "--", "true"])));
+    let id = v["process_id"].as_str().expect("id");
+    wait_for(&format!("started process_id={id}"));
+    let _ = logs.kill();
+    let _ = logs.wait();
+}

@@ -17,28 +17,49 @@ use yieldshell_proto::session_config::SessionConfig;
 /// The one timeout every poll uses: generous, because CI machines are slow and shared.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Newest modification time of the sources the product binaries are built from.
-fn newest_source() -> std::time::SystemTime {
+/// The workspace directories a product binary is built from: its own crate, the crates it
+/// depends on, and files it compiles in (`yieldctl` embeds the unit files of `packaging/`).
+///
+/// Per binary, because `cargo build --workspace` relinks only the binaries whose inputs changed:
+/// after an edit to `cli/` alone, `yieldshelld` is rightly left as it was.
+fn source_dirs(name: &str) -> &'static [&'static str] {
+    match name {
+        "yieldshelld" => &["proto", "daemon"],
+        "yieldctl" => &["proto", "cli", "packaging"],
+        "mcp-yieldshell" => &["proto", "shim"],
+        _ => &["proto", "daemon", "cli", "shim", "packaging"],
+    }
+}
+
+/// Newest modification time of the sources `name` is built from.
+fn newest_source(name: &str) -> std::time::SystemTime {
     fn walk(dir: &Path, newest: &mut std::time::SystemTime) {
         for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
             let p = e.path();
             if p.is_dir() {
                 walk(&p, newest);
-            } else if p
-                .extension()
-                .is_some_and(|x| x == "rs" || x == "proto" || x == "toml")
-                && let Ok(m) = e.metadata().and_then(|m| m.modified())
+            } else if p.extension().is_some_and(|x| {
+                // Sources, manifests, and the unit files `yieldctl` includes (not their README).
+                ["rs", "proto", "toml", "service", "socket", "plist"]
+                    .iter()
+                    .any(|ext| x == *ext)
+            }) && let Ok(m) = e.metadata().and_then(|m| m.modified())
             {
                 *newest = (*newest).max(m);
             }
         }
     }
-    static NEWEST: std::sync::OnceLock<std::time::SystemTime> = std::sync::OnceLock::new();
-    *NEWEST.get_or_init(|| {
+    type Cache = std::sync::Mutex<std::collections::HashMap<String, std::time::SystemTime>>;
+    static NEWEST: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+    let mut cache = NEWEST
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    *cache.entry(name.to_string()).or_insert_with(|| {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let mut newest = std::time::UNIX_EPOCH;
-        for krate in ["proto", "daemon", "cli", "shim"] {
-            walk(&root.join(krate), &mut newest);
+        for dir in source_dirs(name) {
+            walk(&root.join(dir), &mut newest);
         }
         newest
     })
@@ -67,7 +88,7 @@ pub fn bin(name: &str) -> PathBuf {
             .and_then(|m| m.modified())
             .expect("binary mtime");
         assert!(
-            built >= newest_source(),
+            built >= newest_source(name),
             "{} is older than its sources: run `cargo build --workspace` before the tests",
             path.display()
         );

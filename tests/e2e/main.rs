@@ -10,6 +10,7 @@ mod daemon_lifecycle;
 mod daemon_output;
 mod daemon_policy;
 mod daemon_stop;
+mod packaging;
 mod profile_jobs;
 mod profile_shell;
 mod shim;
