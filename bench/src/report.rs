@@ -138,7 +138,9 @@ fn rows(r: &BTreeMap<&str, Figures>) -> Vec<Row> {
 }
 
 /// A target: description, measured value, limit, met.
-fn targets(r: &BTreeMap<&str, Figures>) -> Vec<(String, Option<f64>, Option<f64>, Option<bool>)> {
+type Target = (String, Option<f64>, Option<f64>, Option<bool>);
+
+fn targets(r: &BTreeMap<&str, Figures>) -> Vec<Target> {
     let (o, g, fl) = (r.get("yieldshell"), r.get("original"), r.get("floor"));
     let mut t = Vec::new();
     let mut check = |what: &str, value: Option<f64>, limit: Option<f64>, at_most: bool| {

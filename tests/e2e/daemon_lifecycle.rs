@@ -268,6 +268,17 @@ async fn after_kill_9_the_next_daemon_marks_leftovers_lost_keeps_output_and_stop
         .collect();
     pids.extend(shells);
     assert!(pids.iter().all(Pid::alive));
+    // Output reaches the disk spool within the documented flush window (50 ms of quiet); a
+    // crash loses at most that window. Gate on the spool holding what we check afterwards.
+    for id in [&tree, &chatty] {
+        let spool = d.state.join("procs").join(id).join("out.0");
+        crate::helper::eventually_blocking("output flushed to the spool", || {
+            std::fs::read(&spool)
+                .ok()
+                .filter(|b| b.windows(6).any(|w| w == b"ready "))
+                .map(|_| ())
+        });
+    }
 
     d.kill9();
     d.spawn().await;
