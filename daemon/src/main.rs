@@ -81,8 +81,38 @@ fn raise_fd_limit() {
     }
 }
 
+/// Closes every descriptor the daemon inherited besides stdio (and the sockets systemd passes).
+///
+/// A long-lived daemon must not keep its starter's pipes open (an editor waiting for EOF on a
+/// pipe its MCP server leaked would hang), and managed processes must not inherit them.
+fn close_inherited_fds() {
+    let keep_from_systemd: u32 = match (std::env::var("LISTEN_PID"), std::env::var("LISTEN_FDS")) {
+        (Ok(pid), Ok(n)) if pid.parse::<u32>().ok() == Some(std::process::id()) => {
+            n.parse().unwrap_or(0)
+        }
+        _ => 0,
+    };
+    let first = 3 + keep_from_systemd;
+    #[cfg(target_os = "linux")]
+    // SAFETY: closes descriptors nothing in this process uses yet (called first thing in main,
+    // before any file, socket or thread exists); failure (old kernel) leaves them open.
+    unsafe {
+        libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32);
+    }
+    #[cfg(not(target_os = "linux"))]
+    for fd in first..1024 {
+        // SAFETY: as above; closing an fd that is not open is harmless (EBADF).
+        unsafe {
+            libc::close(fd as i32);
+        }
+    }
+}
+
 fn real_main(args: Args) -> anyhow::Result<()> {
+    close_inherited_fds();
     raise_fd_limit();
+    // Before any thread exists: managed processes must not inherit an ignored signal.
+    yieldshelld::process::spawn::reset_inherited_ignores();
     let state_dir = match args.state_dir {
         Some(d) => d,
         None => paths::default_state_dir()?,

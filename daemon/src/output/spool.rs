@@ -91,7 +91,7 @@ impl Spool {
     /// A new, empty spool in `dir` (which must exist), keeping at most `cap_bytes` (rounded up to
     /// whole segments).
     pub fn create(dir: &Path, cap_bytes: u64) -> Spool {
-        let mut spool = Spool {
+        Spool {
             dir: dir.to_path_buf(),
             max_segments: cap_bytes.div_ceil(SEGMENT_BYTES).max(1),
             end: 1,
@@ -104,12 +104,7 @@ impl Spool {
             switch_records: 0,
             dropped: 0,
             degraded: None,
-        };
-        match open_append(&streams_path(dir)) {
-            Ok(f) => spool.streams = Some(f),
-            Err(e) => spool.degrade(format!("opening spool index: {e}")),
         }
-        spool
     }
 
     fn degrade(&mut self, why: String) {
@@ -176,6 +171,16 @@ impl Spool {
             rest = &rest[n..];
         }
         if !index.is_empty() {
+            // Opened on first use: a command without output costs no file.
+            if self.streams.is_none() {
+                match open_append(&streams_path(&self.dir)) {
+                    Ok(f) => self.streams = Some(f),
+                    Err(e) => {
+                        self.degrade(format!("opening spool index: {e}"));
+                        return;
+                    }
+                }
+            }
             let written = self
                 .streams
                 .as_mut()
@@ -235,7 +240,14 @@ impl SpoolReader {
     /// Opens the spool in `dir`, reading its stream index.
     pub fn open(dir: &Path) -> io::Result<SpoolReader> {
         let mut raw = Vec::new();
-        File::open(streams_path(dir))?.read_to_end(&mut raw)?;
+        match File::open(streams_path(dir)) {
+            Ok(mut f) => {
+                f.read_to_end(&mut raw)?;
+            }
+            // Created with the first output: no index, no output yet.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
         let switches = raw
             .chunks_exact(SWITCH_RECORD_BYTES)
             .filter_map(|rec| {

@@ -251,6 +251,12 @@ impl Policy {
     /// echo the command (it may hold secrets); they name the rule.
     pub fn check_command(&self, command: &[u8]) -> Result<(), Refusal> {
         let denied = |m: String| Refusal::new(ErrorKind::CommandDenied, m);
+        if command.contains(&0) {
+            return Err(Refusal::new(
+                ErrorKind::InvalidArgument,
+                "command contains a NUL byte",
+            ));
+        }
         if command.iter().all(u8::is_ascii_whitespace) {
             return Err(Refusal::new(ErrorKind::InvalidArgument, "command is empty"));
         }

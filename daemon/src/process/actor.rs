@@ -64,6 +64,8 @@ const DESCENDANT_POLL: Duration = Duration::from_millis(500);
 const READER_CUTOFF: Duration = Duration::from_millis(500);
 /// How long a write to stdin may block before it is reported as not accepted.
 const STDIN_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a process runs before its record gets its pid and start time.
+const RUNNING_RECORD_DELAY: Duration = Duration::from_millis(100);
 /// Quiet time after which buffered spool bytes are written.
 const SPOOL_FLUSH_DELAY: Duration = Duration::from_millis(50);
 /// Size of one pipe read.
@@ -302,7 +304,10 @@ impl Actor {
 
     async fn run(mut self, exit: oneshot::Receiver<ExitHow>) {
         let mut exit = Some(exit);
-        self.persist();
+        // The `starting` record written before the spawn already lets a restarted daemon find
+        // this process (by its marker). The pid and start time follow shortly, once the process
+        // has proven to be more than a quick command, so `exec` of `true` pays for no extra write.
+        let mut running_record_at = Some(Instant::now() + RUNNING_RECORD_DELAY);
         if crate::faults::actor_should_panic(&self.proc.command) {
             panic!("injected fault: actor panic (YIELDSHELL_TEST_FAULTS)");
         }
@@ -348,6 +353,12 @@ impl Actor {
                     self.reader_cutoff = None;
                     for a in &self.reader_aborts {
                         a.abort();
+                    }
+                }
+                _ = sleep_opt(running_record_at), if running_record_at.is_some() => {
+                    running_record_at = None;
+                    if !self.settled() {
+                        self.persist();
                     }
                 }
                 _ = self.ctx.shutdown.cancelled(), if needs_shutdown => {

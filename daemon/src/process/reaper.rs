@@ -58,10 +58,24 @@ impl Reaper {
 
     /// Spawns `cmd` and registers its pid before any exit can be reaped.
     pub fn spawn(&self, cmd: &mut Command) -> io::Result<(Child, oneshot::Receiver<ExitHow>)> {
+        self.spawn_with(|| {
+            let child = cmd.spawn()?;
+            let pid = child.id() as i32;
+            Ok((child, pid))
+        })
+    }
+
+    /// Runs `start` (which creates a child and returns it with its pid) under the reaper's lock,
+    /// then registers the pid: no exit can be reaped in between, and a spawn routine that reaps
+    /// its own failed child (std, glibc's `posix_spawn`) is never raced.
+    pub fn spawn_with<T>(
+        &self,
+        start: impl FnOnce() -> io::Result<(T, i32)>,
+    ) -> io::Result<(T, oneshot::Receiver<ExitHow>)> {
         let mut waiters = self.lock();
-        let child = cmd.spawn()?;
+        let (child, pid) = start()?;
         let (tx, rx) = oneshot::channel();
-        waiters.insert(child.id() as i32, tx);
+        waiters.insert(pid, tx);
         Ok((child, rx))
     }
 
