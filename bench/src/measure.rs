@@ -143,12 +143,43 @@ async fn floor(bench: &Bench, c: &Counts) -> anyhow::Result<Figures> {
     Ok(f)
 }
 
+/// Tool and field names: the original server renamed `exec` to `execute` and `process_id` to
+/// `execution_id` in its 1.x releases; the contract is otherwise the same.
+#[derive(Clone, Copy)]
+struct Dialect {
+    exec: &'static str,
+    id: &'static str,
+}
+
+impl Dialect {
+    fn of(kind: Kind) -> Dialect {
+        match kind {
+            Kind::Original => Dialect {
+                exec: "execute",
+                id: "execution_id",
+            },
+            _ => Dialect {
+                exec: "exec",
+                id: "process_id",
+            },
+        }
+    }
+
+    fn id_arg(self, id: &Value) -> Value {
+        json!({ self.id: id })
+    }
+}
+
+fn is_background(b: &Value) -> bool {
+    b["status"] == "backgrounded" || b["status"] == "running"
+}
+
 fn exec_args(command: &str, yield_ms: u64) -> Value {
     json!({"command": command, "side_effects": ["NONE"], "yield_ms": yield_ms})
 }
 
-async fn exec_done(client: &Client, command: &str) -> anyhow::Result<Value> {
-    let b = client.call("exec", exec_args(command, 30_000)).await?;
+async fn exec_done(client: &Client, d: Dialect, command: &str) -> anyhow::Result<Value> {
+    let b = client.call(d.exec, exec_args(command, 30_000)).await?;
     if b["status"] != "completed" {
         bail!("{command}: expected completed, got {b}");
     }
@@ -156,14 +187,12 @@ async fn exec_done(client: &Client, command: &str) -> anyhow::Result<Value> {
 }
 
 /// Waits (in 55 s slices) until a process has exited; returns the last wait body.
-async fn wait_exit(client: &Client, id: &Value) -> anyhow::Result<Value> {
+async fn wait_exit(client: &Client, d: Dialect, id: &Value) -> anyhow::Result<Value> {
     loop {
-        let b = client
-            .call(
-                "wait",
-                json!({"process_id": id, "timeout_ms": 55_000, "max_output_bytes": 100}),
-            )
-            .await?;
+        let mut args = d.id_arg(id);
+        args["timeout_ms"] = json!(55_000);
+        args["max_output_bytes"] = json!(100);
+        let b = client.call("wait", args).await?;
         if b["wait_result"] != "deadline_reached" {
             return Ok(b);
         }
@@ -172,6 +201,7 @@ async fn wait_exit(client: &Client, id: &Value) -> anyhow::Result<Value> {
 
 async fn suite(bench: &Bench, kind: Kind, c: &Counts, big_flood: bool) -> anyhow::Result<Figures> {
     let mut f = Figures::new();
+    let d = Dialect::of(kind);
 
     // Cold start: spawn → initialize → tools/list answered.
     let mut starts = Vec::new();
@@ -189,31 +219,28 @@ async fn suite(bench: &Bench, kind: Kind, c: &Counts, big_flood: bool) -> anyhow
             "cold_start_autostart",
             cold_start_with_autostart(bench, c).await?,
         );
+        put(&mut f, "exec_true_grpc", grpc_exec(bench, c).await?);
     }
 
     let client = Client::start(bench.command(kind)).await?;
     // Round trips (after a warm-up that also starts the connection to the daemon).
     for _ in 0..10 {
-        exec_done(&client, "true").await?;
+        exec_done(&client, d, "true").await?;
     }
     for (key, cmd) in [("exec_true", "true"), ("exec_echo", "echo hi")] {
         let mut samples = Vec::new();
         for _ in 0..c.round_trips {
-            let (d, _) = timed(exec_done(&client, cmd)).await?;
-            samples.push(d);
+            let (took, _) = timed(exec_done(&client, d, cmd)).await?;
+            samples.push(took);
         }
         put(&mut f, key, Summary::of(&samples));
     }
-    let last = exec_done(&client, "echo hi").await?;
-    let id = last["process_id"].clone();
+    let last = exec_done(&client, d, "echo hi").await?;
+    let id = last[d.id].clone();
     let mut reads = Vec::new();
     let mut ps = Vec::new();
     for _ in 0..c.round_trips {
-        reads.push(
-            timed(client.call("read", json!({"process_id": id})))
-                .await?
-                .0,
-        );
+        reads.push(timed(client.call("read", d.id_arg(&id))).await?.0);
         ps.push(timed(client.call("ps", json!({"limit": 50}))).await?.0);
     }
     put(&mut f, "read", Summary::of(&reads));
@@ -223,14 +250,14 @@ async fn suite(bench: &Bench, kind: Kind, c: &Counts, big_flood: bool) -> anyhow
     let mut stops = Vec::new();
     for _ in 0..c.stops {
         let b = client
-            .call("exec", exec_args("sh -c \"sleep 60\"", 0))
+            .call(d.exec, exec_args("sh -c \"sleep 60\"", 0))
             .await?;
-        let id = b["process_id"].clone();
-        let (d, s) = timed(client.call("stop", json!({"process_id": id}))).await?;
+        let id = b[d.id].clone();
+        let (took, s) = timed(client.call("stop", d.id_arg(&id))).await?;
         if s["stopped"] != true {
             bail!("stop failed: {s}");
         }
-        stops.push(d);
+        stops.push(took);
     }
     put(&mut f, "stop", Summary::of(&stops));
 
@@ -238,11 +265,11 @@ async fn suite(bench: &Bench, kind: Kind, c: &Counts, big_flood: bool) -> anyhow
     let mut late = Vec::new();
     for _ in 0..c.timeouts {
         let args = json!({"command": "sleep 60", "side_effects": ["NONE"], "yield_ms": 30_000, "timeout_ms": 300});
-        let (d, b) = timed(client.call("exec", args)).await?;
+        let (took, b) = timed(client.call(d.exec, args)).await?;
         if b["status"] != "timed_out" {
             bail!("expected timed_out, got {b}");
         }
-        late.push(d.saturating_sub(Duration::from_millis(300)));
+        late.push(took.saturating_sub(Duration::from_millis(300)));
     }
     put(&mut f, "timeout_overshoot", Summary::of(&late));
 
@@ -272,9 +299,9 @@ async fn suite(bench: &Bench, kind: Kind, c: &Counts, big_flood: bool) -> anyhow
         let before = rss(daemon_pid);
         let cmd = format!("head -c {bytes} /dev/zero | tr '\\0' x");
         let t = Instant::now();
-        let b = client.call("exec", exec_args(&cmd, 55_000)).await?;
+        let b = client.call(d.exec, exec_args(&cmd, 55_000)).await?;
         if b["status"] != "completed" {
-            wait_exit(&client, &b["process_id"]).await?;
+            wait_exit(&client, d, &b[d.id]).await?;
         }
         let secs = t.elapsed().as_secs_f64();
         put(&mut f, &format!("{key}_mb_s"), bytes as f64 / 1e6 / secs);
@@ -297,17 +324,17 @@ async fn suite(bench: &Bench, kind: Kind, c: &Counts, big_flood: bool) -> anyhow
                 let Value::Object(map) = exec_args("sleep 600", 0) else {
                     unreachable!("literal object")
                 };
-                peer.call_tool(rmcp::model::CallToolRequestParams::new("exec").with_arguments(map))
+                peer.call_tool(rmcp::model::CallToolRequestParams::new(d.exec).with_arguments(map))
                     .await
             }));
         }
         for task in tasks {
             let r = task.await.context("join")??;
-            let body = r.structured_content.clone().unwrap_or(Value::Null);
-            if body["status"] != "backgrounded" {
+            let body = crate::servers::body_of(&r);
+            if !is_background(&body) {
                 bail!("starting process {} failed: {body}", ids.len());
             }
-            ids.push(body["process_id"].clone());
+            ids.push(body[d.id].clone());
         }
         let start_secs = t.elapsed().as_secs_f64();
         put(
@@ -336,7 +363,9 @@ async fn suite(bench: &Bench, kind: Kind, c: &Counts, big_flood: bool) -> anyhow
         for id in ids {
             let peer = client.service.peer().clone();
             stops.push(tokio::spawn(async move {
-                let Value::Object(map) = json!({"process_id": id, "signal": "SIGKILL"}) else {
+                let mut args = d.id_arg(&id);
+                args["signal"] = json!("SIGKILL");
+                let Value::Object(map) = args else {
                     unreachable!("literal object")
                 };
                 peer.call_tool(rmcp::model::CallToolRequestParams::new("stop").with_arguments(map))
@@ -359,7 +388,7 @@ async fn suite(bench: &Bench, kind: Kind, c: &Counts, big_flood: bool) -> anyhow
             let client = Client::start(cmd).await?;
             let mut samples = Vec::with_capacity(per);
             for _ in 0..per {
-                samples.push(timed(exec_done(&client, "true")).await?.0);
+                samples.push(timed(exec_done(&client, d, "true")).await?.0);
             }
             client.close().await;
             Ok::<_, anyhow::Error>(samples)
@@ -373,6 +402,47 @@ async fn suite(bench: &Bench, kind: Kind, c: &Counts, big_flood: bool) -> anyhow
     put(&mut f, "clients_execs_per_s", all.len() as f64 / wall);
     put(&mut f, "clients_exec", Summary::of(&all));
     Ok(f)
+}
+
+/// `exec true` straight over the control plane, without MCP: splits the shim's share of the
+/// round trip from the daemon's.
+async fn grpc_exec(bench: &Bench, c: &Counts) -> anyhow::Result<Summary> {
+    use yieldshell_proto::client::{ConnectOptions, Session};
+    use yieldshell_proto::pb;
+    let opts = ConnectOptions {
+        socket: bench.socket.clone(),
+        state_dir: Some(bench.state.clone()),
+        autostart: false,
+        daemon_bin: None,
+        client_name: "bench".into(),
+        start_timeout: Duration::from_secs(10),
+    };
+    let config = yieldshell_proto::session_config::SessionConfig::from_vars(
+        std::env::vars_os().collect(),
+        &bench.work,
+    )?;
+    let session = Session::new(opts, &config);
+    let req = pb::ExecRequest {
+        session_id: session.id().to_string(),
+        command: b"true".to_vec(),
+        side_effects: vec!["NONE".into()],
+        yield_ms: Some(30_000),
+        ..Default::default()
+    };
+    let mut samples = Vec::new();
+    for i in 0..c.round_trips + 10 {
+        let t = Instant::now();
+        session
+            .call(|mut cl| {
+                let req = req.clone();
+                async move { cl.exec(req).await }
+            })
+            .await?;
+        if i >= 10 {
+            samples.push(t.elapsed());
+        }
+    }
+    Ok(Summary::of(&samples))
 }
 
 /// Cold start when no daemon runs yet: the shim starts one (fresh socket each time).

@@ -63,6 +63,11 @@ fn rows(r: &BTreeMap<&str, Figures>) -> Vec<Row> {
     );
     lat("exec `true`", "exec_true", Some("sh_spawn"));
     lat("exec `echo hi`", "exec_echo", Some("sh_spawn"));
+    lat(
+        "exec `true` over gRPC, no MCP",
+        "exec_true_grpc",
+        Some("sh_spawn"),
+    );
     lat("read", "read", Some("mcp_echo"));
     lat("ps", "ps", Some("mcp_echo"));
     lat("stop (SIGTERM-obeying sh)", "stop", None);

@@ -70,6 +70,8 @@ fn own_bin_dir() -> anyhow::Result<PathBuf> {
 
 /// Creates (or reuses) the virtualenv with the original server.
 pub fn install_original(venv: &Path) -> anyhow::Result<PathBuf> {
+    // Servers run in a work directory of their own: the path must not be relative.
+    let venv = &std::path::absolute(venv)?;
     let exe = venv.join("bin").join("mcp-yieldshell");
     let marker = venv.join(format!(".installed-{ORIGINAL_VERSION}"));
     if exe.is_file() && marker.is_file() {
@@ -199,7 +201,10 @@ pub struct Client {
 impl Client {
     /// Spawns the server and completes `initialize`.
     pub async fn start(cmd: tokio::process::Command) -> anyhow::Result<Client> {
-        let transport = rmcp::transport::TokioChildProcess::new(cmd)?;
+        // The original server logs every request to stderr; keep the table readable.
+        let (transport, _) = rmcp::transport::TokioChildProcess::builder(cmd)
+            .stderr(Stdio::null())
+            .spawn()?;
         let pid = transport.id().unwrap_or(0);
         let service = ().serve(transport).await?;
         Ok(Client { service, pid })
@@ -215,17 +220,14 @@ impl Client {
             .peer()
             .call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(map))
             .await?;
-        let body = r
-            .structured_content
-            .clone()
-            .or_else(|| {
-                r.content
-                    .iter()
-                    .find_map(|c| c.as_text().and_then(|t| serde_json::from_str(&t.text).ok()))
-            })
-            .unwrap_or(Value::Null);
+        let body = body_of(&r);
         if r.is_error == Some(true) {
-            bail!("{tool} failed: {body}");
+            let text: Vec<String> = r
+                .content
+                .iter()
+                .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+                .collect();
+            bail!("{tool} failed: {body} {}", text.join(" "));
         }
         Ok(body)
     }
@@ -234,6 +236,19 @@ impl Client {
     pub async fn close(self) {
         let _ = self.service.cancel().await;
     }
+}
+
+/// The JSON body of a tool result: its structured content, else the JSON in its text block
+/// (the original server returns text only).
+pub fn body_of(r: &CallToolResult) -> Value {
+    r.structured_content
+        .clone()
+        .or_else(|| {
+            r.content
+                .iter()
+                .find_map(|c| c.as_text().and_then(|t| serde_json::from_str(&t.text).ok()))
+        })
+        .unwrap_or(Value::Null)
 }
 
 /// Resident memory of a process, in bytes (VmRSS).

@@ -51,6 +51,8 @@ pub struct Daemon {
     pub reaper: Arc<Reaper>,
     /// Every known process.
     pub registry: Registry,
+    /// Running processes per session (O(1) limit checks).
+    pub running: Arc<registry::RunningCounts>,
     /// Open client sessions.
     pub sessions: Sessions,
     /// Persisted records and spools.
@@ -87,9 +89,7 @@ impl Daemon {
             let _ =
                 tokio::task::spawn_blocking(move || process::tree::kill_tree_now(pgid, &id)).await;
             proc.mark_supervisor_lost();
-            if let Err(e) = store.save(&proc.record()) {
-                tracing::warn!(process_id = %proc.id, "writing process record failed: {e}");
-            }
+            store.save(&proc.record());
         });
         let mut actors = self.actors.lock().unwrap_or_else(|e| e.into_inner());
         actors.retain(|h| !h.is_finished());
@@ -99,9 +99,7 @@ impl Daemon {
     /// Removes a process's record, spool and registry entry.
     pub fn forget(&self, id: &str) {
         self.registry.remove(id);
-        if let Err(e) = self.store.remove(id) {
-            tracing::warn!(process_id = id, "removing the record failed: {e}");
-        }
+        self.store.remove(id);
     }
 
     fn take_actors(&self) -> Vec<JoinHandle<()>> {
@@ -173,6 +171,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
         config: config.clone(),
         reaper,
         registry: Registry::default(),
+        running: Arc::new(registry::RunningCounts::default()),
         sessions: Sessions::default(),
         store,
         shutdown: CancellationToken::new(),
@@ -252,6 +251,8 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
     {
         server.abort();
     }
+    // Every queued record write reaches the disk before the daemon is gone.
+    daemon.store.flush();
     listener::remove_if_ours(&bound.owned_path);
     tracing::info!("yieldshelld stopped");
     drop(lock);

@@ -1,11 +1,16 @@
 //! Persisted process records: what survives a daemon restart.
 //!
 //! Each process has a directory `<state>/procs/<process_id>/` holding `record.json` and its output
-//! spool. The record is written before the command is spawned (`starting`), again once it runs
-//! (pid and start time, for identity checks after a crash), and when it ends. Each record has one
-//! writer — its process's actor — so no lock is needed; writes are atomic (temp file + rename),
-//! so a crash leaves either the old or the new record, never a torn one. A record that does not
-//! parse is moved aside (`record.json.corrupt-<ts>`) and the daemon starts without it.
+//! spool. The directory is created before the command is spawned: its existence alone tells a
+//! restarted daemon that a process with that id may be running (its marker finds the tree). The
+//! record follows (`starting`), then the pid and start time once it has run a moment, then its
+//! end.
+//!
+//! One writer for persisted state (STYLE §7.2 rule 4): records are written by a single thread
+//! that takes jobs in order from a queue, so `exec` never waits for the disk and the writes of
+//! one process can never overtake each other. Writes are atomic (temp file + rename): a crash
+//! leaves the old or the new record, never a torn one. A record that does not parse is moved
+//! aside (`record.json.corrupt-<ts>`).
 //!
 //! Durability: records are not fsync'd (that would cost milliseconds per `exec`); they survive a
 //! daemon crash (the page cache is the kernel's) but possibly not a power loss, after which a
@@ -93,18 +98,76 @@ pub struct ProcessRecord {
     pub lost_reason: Option<String>,
 }
 
-/// Where records live.
+/// A queued job for the writer thread.
+enum Job {
+    Save(Box<ProcessRecord>),
+    Remove(String),
+    Barrier(std::sync::mpsc::Sender<()>),
+}
+
+/// Where records live, and the queue to their writer.
 #[derive(Debug, Clone)]
 pub struct RecordStore {
     root: PathBuf,
+    writer: std::sync::mpsc::Sender<Job>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Job::Save(r) => write!(f, "Save({})", r.process_id),
+            Job::Remove(id) => write!(f, "Remove({id})"),
+            Job::Barrier(_) => f.write_str("Barrier"),
+        }
+    }
+}
+
+fn write_record(root: &Path, record: &ProcessRecord) -> io::Result<()> {
+    let dir = root.join(&record.process_id);
+    let tmp = dir.join(format!("{RECORD_FILE}.tmp"));
+    let json = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)?;
+    f.write_all(&json)?;
+    drop(f);
+    std::fs::rename(&tmp, dir.join(RECORD_FILE))
+}
+
+fn remove_dir(root: &Path, process_id: &str) -> io::Result<()> {
+    match std::fs::remove_dir_all(root.join(process_id)) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
 }
 
 impl RecordStore {
-    /// The store under `<state_dir>/procs`, created 0700.
+    /// The store under `<state_dir>/procs`, created 0700, with its writer thread.
     pub fn open(state_dir: &Path) -> io::Result<RecordStore> {
         let root = state_dir.join("procs");
         create_private_dir(&root)?;
-        Ok(RecordStore { root })
+        let (writer, jobs) = std::sync::mpsc::channel::<Job>();
+        let thread_root = root.clone();
+        std::thread::Builder::new()
+            .name("record-writer".into())
+            .spawn(move || {
+                for job in jobs {
+                    let result = match &job {
+                        Job::Save(r) => write_record(&thread_root, r),
+                        Job::Remove(id) => remove_dir(&thread_root, id),
+                        Job::Barrier(done) => {
+                            let _ = done.send(());
+                            Ok(())
+                        }
+                    };
+                    if let Err(e) = result {
+                        tracing::warn!(?job, "persisting process state failed: {e}");
+                    }
+                }
+            })?;
+        Ok(RecordStore { root, writer })
     }
 
     /// Directory of one process (its record and spool).
@@ -112,34 +175,59 @@ impl RecordStore {
         self.root.join(process_id)
     }
 
-    /// Creates the directory of a new process.
+    /// Creates the directory of a new process; fails if it exists (ids are never reused).
     pub fn create_dir(&self, process_id: &str) -> io::Result<PathBuf> {
         let dir = self.dir(process_id);
-        create_private_dir(&dir)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        }
+        #[cfg(not(unix))]
+        std::fs::create_dir(&dir)?;
         Ok(dir)
     }
 
-    /// Writes a record atomically.
-    pub fn save(&self, record: &ProcessRecord) -> io::Result<()> {
-        let dir = self.dir(&record.process_id);
-        let tmp = dir.join(format!("{RECORD_FILE}.tmp"));
-        let json = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
-        f.write_all(&json)?;
-        drop(f);
-        std::fs::rename(&tmp, dir.join(RECORD_FILE))
+    /// Queues a record to be written (atomically, in order with this process's other writes).
+    pub fn save(&self, record: &ProcessRecord) {
+        if self
+            .writer
+            .send(Job::Save(Box::new(record.clone())))
+            .is_err()
+        {
+            tracing::error!(process_id = %record.process_id, "record writer is gone; record not saved");
+        }
     }
 
-    /// Removes a process's directory (record and spool).
-    pub fn remove(&self, process_id: &str) -> io::Result<()> {
-        match std::fs::remove_dir_all(self.dir(process_id)) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            other => other,
+    /// Writes a record now, on the calling thread (startup recovery, before the writer matters).
+    pub fn save_now(&self, record: &ProcessRecord) -> io::Result<()> {
+        write_record(&self.root, record)
+    }
+
+    /// Queues the removal of a process's directory (record and spool).
+    pub fn remove(&self, process_id: &str) {
+        let _ = self.writer.send(Job::Remove(process_id.to_string()));
+    }
+
+    /// Waits until every queued write is on disk (shutdown; tests).
+    pub fn flush(&self) {
+        let (done, wait) = std::sync::mpsc::channel();
+        if self.writer.send(Job::Barrier(done)).is_ok() {
+            let _ = wait.recv();
         }
+    }
+
+    /// Ids of process directories that hold no readable record: a crash came between creating
+    /// the directory and writing the record (or the record was corrupt).
+    pub fn dirs_without_record(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter(|e| e.path().is_dir() && !e.path().join(RECORD_FILE).is_file())
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .collect()
     }
 
     /// Loads every record. Unparseable records are moved aside and reported in the log.
@@ -232,7 +320,8 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let store = RecordStore::open(tmp.path()).expect("open");
         store.create_dir("proc_a").expect("dir");
-        store.save(&record("proc_a")).expect("save");
+        store.save(&record("proc_a"));
+        store.flush();
         let loaded = store.load_all();
         assert_eq!(loaded, vec![record("proc_a")]);
         assert_eq!(loaded[0].command.to_bytes(), b"echo \xff");
@@ -245,6 +334,7 @@ mod tests {
         let dir = store.create_dir("proc_b").expect("dir");
         std::fs::write(dir.join(RECORD_FILE), b"{not json").expect("write");
         assert!(store.load_all().is_empty());
+        assert_eq!(store.dirs_without_record(), vec!["proc_b".to_string()]);
         let names: Vec<String> = std::fs::read_dir(&dir)
             .expect("ls")
             .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())

@@ -58,7 +58,7 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
             record.duration_ms = state
                 .duration
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(0));
-            if let Err(e) = daemon.store.save(&record) {
+            if let Err(e) = daemon.store.save_now(&record) {
                 tracing::warn!(process_id = %record.process_id, "updating record failed: {e}");
             }
             leftovers.push(Leftover {
@@ -73,6 +73,47 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
         daemon
             .registry
             .insert(Arc::new(ManagedProcess::restored(&record, state, output)));
+    }
+    // A directory without a record: the previous daemon crashed between creating it and writing
+    // the record (or the record was corrupt). The process may be running: find it by its marker,
+    // stop it, and keep a minimal `lost` record so `ps` shows what happened.
+    for id in daemon.store.dirs_without_record() {
+        let dir = daemon.store.dir(&id);
+        let started = std::fs::metadata(&dir)
+            .and_then(|m| m.modified())
+            .unwrap_or_else(|_| SystemTime::now());
+        let record = ProcessRecord {
+            format: crate::record::RECORD_FORMAT,
+            process_id: id.clone(),
+            session_id: String::new(),
+            name: String::new(),
+            command: crate::record::RecordBytes::Text(String::new()),
+            cwd: crate::record::RecordBytes::Text(String::new()),
+            status: Status::Lost.as_str().to_string(),
+            pid: None,
+            start_time: None,
+            exit_code: None,
+            signal: None,
+            started_at_ms: crate::process::unix_ms(started),
+            ended_at_ms: Some(crate::process::unix_ms(SystemTime::now())),
+            duration_ms: None,
+            ended_by: None,
+            lost_reason: Some("record_missing".into()),
+        };
+        tracing::warn!(process_id = %id, "process directory without a record; stopping whatever carries its marker");
+        if let Err(e) = daemon.store.save_now(&record) {
+            tracing::warn!(process_id = %id, "writing record failed: {e}");
+        }
+        let output = Arc::new(OutputLog::restore(RESTORED_RING_BYTES, &dir));
+        daemon.registry.insert(Arc::new(ManagedProcess::restored(
+            &record,
+            restored_state(&record),
+            output,
+        )));
+        leftovers.push(Leftover {
+            process_id: id,
+            pgid: None,
+        });
     }
     let lost = leftovers.len();
     stop_leftovers(&leftovers);

@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::pb;
-use yieldshell_proto::session_config::bytes_os;
+use yieldshell_proto::session_config::{bytes_os, os_bytes};
 
+use crate::policy::redact::Redactor;
 use crate::policy::{Policy, PolicyFloor};
 
 /// Sessions unused for this long are dropped (their clients reopen them if they come back).
@@ -37,9 +38,26 @@ pub struct Session {
     /// Compiled policy.
     pub policy: Policy,
     last_used: Mutex<Instant>,
+    redactor: std::sync::OnceLock<Option<Arc<Redactor>>>,
 }
 
 impl Session {
+    /// The redactor for the session's environment (built on first use, then shared by every
+    /// command that adds no variables of its own).
+    pub fn redactor(&self) -> Option<Arc<Redactor>> {
+        self.redactor
+            .get_or_init(|| {
+                let names = self.policy.redact_env.as_ref()?;
+                let env: Vec<(Vec<u8>, Vec<u8>)> = self
+                    .env
+                    .iter()
+                    .map(|(k, v)| (os_bytes(k), os_bytes(v)))
+                    .collect();
+                Redactor::from_env(names, env.iter().map(|(k, v)| (k.as_slice(), v.as_slice())))
+            })
+            .clone()
+    }
+
     fn touch(&self) {
         *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
@@ -87,6 +105,7 @@ impl Sessions {
             default_cwd: PathBuf::from(bytes_os(&req.default_cwd)),
             policy,
             last_used: Mutex::new(Instant::now()),
+            redactor: std::sync::OnceLock::new(),
         });
         let mut map = self.lock();
         map.retain(|_, s| s.idle() < SESSION_IDLE_EXPIRY);

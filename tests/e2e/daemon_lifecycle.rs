@@ -333,3 +333,38 @@ async fn a_panicking_supervisor_kills_its_tree_and_marks_the_process_lost() {
     assert!(healthy_pid.alive());
     assert!(c.stop(&healthy, "TERM", 2_000).await.expect("stop").stopped);
 }
+
+#[tokio::test]
+async fn a_process_directory_without_a_record_is_swept_by_marker_and_listed_lost() {
+    // A crash between creating the directory and writing the record leaves only the directory;
+    // the process it started carries the marker, so the next daemon must still find it.
+    let mut d = TestDaemon::start().await;
+    d.terminate();
+    let id = "proc_0123456789ab";
+    let dir = d.state.join("procs").join(id);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let mut orphan = std::process::Command::new(testbin())
+        .args(["ready-sleep", "600"])
+        .env("YIELDSHELL_PROCESS_ID", id)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn orphan");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(orphan.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("ready line");
+    let pid = Pid::all_from_ready_lines(&line)[0];
+    assert!(pid.alive());
+    d.spawn().await;
+    // Recovery ran before the daemon answered: the marked process was stopped (and is ours to
+    // reap, since we started it).
+    let _ = orphan.wait();
+    assert!(!pid.alive(), "the orphan survived recovery");
+    let c = d.session();
+    let all = c.list(pb::Scope::All, true).await;
+    let p = all.iter().find(|p| p.process_id == id).expect("listed");
+    assert_eq!(p.status, pb::ProcessStatus::Lost as i32);
+    assert_eq!(p.lost_reason.as_deref(), Some("record_missing"));
+}

@@ -85,6 +85,7 @@ pub struct ActorContext {
 /// Starts the readers, the stdin writer and the actor for a spawned process.
 pub fn launch(
     facts: ProcessFacts,
+    running_slot: crate::registry::RunningSlot,
     spawned: Spawned,
     output: Arc<OutputLog>,
     redactor: Option<Arc<Redactor>>,
@@ -107,6 +108,7 @@ pub fn launch(
         state,
         control: Some(control_tx),
         stdin: Some(stdin_tx),
+        running_slot: std::sync::Mutex::new(Some(running_slot)),
     });
 
     let out = tokio::spawn(pump(
@@ -294,12 +296,11 @@ impl Actor {
 
     fn update(&self, f: impl FnOnce(&mut ProcState)) {
         self.proc.state.send_modify(f);
+        self.proc.release_running_slot();
     }
 
     fn persist(&self) {
-        if let Err(e) = self.ctx.store.save(&self.proc.record()) {
-            tracing::warn!(process_id = %self.proc.id, "writing process record failed: {e}");
-        }
+        self.ctx.store.save(&self.proc.record());
     }
 
     async fn run(mut self, exit: oneshot::Receiver<ExitHow>) {

@@ -201,6 +201,7 @@ pub struct ManagedProcess {
     state: watch::Sender<ProcState>,
     control: Option<mpsc::Sender<Control>>,
     stdin: Option<mpsc::Sender<StdinWrite>>,
+    running_slot: std::sync::Mutex<Option<crate::registry::RunningSlot>>,
 }
 
 /// Everything needed to create a [`ManagedProcess`].
@@ -257,6 +258,17 @@ impl ManagedProcess {
             state,
             control: None,
             stdin: None,
+            running_slot: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Gives back the process's place in the running counts once it has left `running`.
+    pub(crate) fn release_running_slot(&self) {
+        if self.state.borrow().status != Status::Running {
+            self.running_slot
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
         }
     }
 
@@ -372,6 +384,7 @@ impl ManagedProcess {
             s.settled = true;
             s.descendants = 0;
         });
+        self.release_running_slot();
         self.output.close();
     }
 

@@ -131,16 +131,22 @@ pub(super) async fn exec(
         ms => Some(Duration::from_millis(ms)),
     };
     let max_out = clamp_output_bytes(req.max_output_bytes, policy.max_output_bytes);
-    let env_bytes: Vec<(Vec<u8>, Vec<u8>)> = env
-        .iter()
-        .map(|(k, v)| (os_bytes(k), os_bytes(v)))
-        .collect();
-    let redactor = policy.redact_env.as_ref().and_then(|names| {
-        Redactor::from_env(
-            names,
-            env_bytes.iter().map(|(k, v)| (k.as_slice(), v.as_slice())),
-        )
-    });
+    // The session's own secrets are found once per session; only an overlay with secrets of
+    // its own needs a redactor built for this one command.
+    let redactor = if req.env.is_empty() {
+        session.redactor()
+    } else {
+        let env_bytes: Vec<(Vec<u8>, Vec<u8>)> = env
+            .iter()
+            .map(|(k, v)| (os_bytes(k), os_bytes(v)))
+            .collect();
+        policy.redact_env.as_ref().and_then(|names| {
+            Redactor::from_env(
+                names,
+                env_bytes.iter().map(|(k, v)| (k.as_slice(), v.as_slice())),
+            )
+        })
+    };
 
     let proc = match start(svc, &session, &req, cwd, env, redactor, timeout) {
         Ok(p) => p,
@@ -183,7 +189,7 @@ fn start(
     // Limits are checked and the process registered under one lock, so concurrent execs cannot
     // overshoot them.
     let _guard = d.spawn_lock.lock().unwrap_or_else(|e| e.into_inner());
-    let (total, mine) = d.registry.running_counts(&session.id);
+    let (total, mine) = d.running.get(&session.id);
     if mine >= session.policy.max_processes as usize {
         return Err(limit(format!(
             "this session already runs {mine} processes (YIELDSHELL_MAX_PROCESSES={}); stop one or wait for it first",
@@ -196,19 +202,18 @@ fn start(
             "the daemon already runs {total} processes (its max_running_processes is {global})"
         )));
     }
-    let taken = |id: &str| d.registry.contains(id) || d.store.dir(id).exists();
-    let id = match requested_id(req) {
-        // Checked here, under the spawn lock, so two concurrent execs cannot both claim it.
-        Some(wanted) if taken(wanted) => {
-            return Err(Refusal {
-                kind: ErrorKind::InvalidArgument,
-                message: format!("process_id {wanted} is already in use"),
-            });
-        }
-        Some(wanted) => wanted.to_string(),
+    let in_use = |id: &str| Refusal {
+        kind: ErrorKind::InvalidArgument,
+        message: format!("process_id {id} is already in use"),
+    };
+    let wanted = requested_id(req);
+    // Checked here, under the spawn lock, so two concurrent execs cannot both claim an id.
+    let mut id = match wanted {
+        Some(w) if d.registry.contains(w) => return Err(in_use(w)),
+        Some(w) => w.to_string(),
         None => {
             let mut id = new_process_id();
-            while taken(&id) {
+            while d.registry.contains(&id) {
                 id = new_process_id();
             }
             id
@@ -218,14 +223,22 @@ fn start(
         kind: ErrorKind::SpawnFailed,
         message: format!("{what}: {e}"),
     };
-    let dir = d
-        .store
-        .create_dir(&id)
-        .map_err(|e| internal("creating the process directory", e))?;
+    // The directory is created before the spawn and never reused: its existence is what lets a
+    // restarted daemon find this process should the daemon crash right after the spawn.
+    let dir = loop {
+        match d.store.create_dir(&id) {
+            Ok(dir) => break dir,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match wanted {
+                Some(w) => return Err(in_use(w)),
+                None => id = new_process_id(),
+            },
+            Err(e) => return Err(internal("creating the process directory", e)),
+        }
+    };
     let started_at = SystemTime::now();
     let name = req.name.clone().unwrap_or_default();
-    // Persist the intent before the process exists: a daemon crash right after the spawn still
-    // leaves a record, so the next daemon can find and stop what we started.
+    // Queued before the spawn, so the record exists (with the command) for the next daemon even
+    // if this one crashes right after; the directory alone already would.
     let starting = ProcessRecord {
         format: RECORD_FORMAT,
         process_id: id.clone(),
@@ -244,9 +257,7 @@ fn start(
         ended_by: None,
         lost_reason: None,
     };
-    d.store
-        .save(&starting)
-        .map_err(|e| internal("writing the process record", e))?;
+    d.store.save(&starting);
     let spec = spawn::SpawnSpec {
         command: req.command.clone(),
         cwd: cwd.clone(),
@@ -256,7 +267,7 @@ fn start(
     let spawned = match spawn::spawn(&d.reaper, &spec) {
         Ok(s) => s,
         Err(e) => {
-            let _ = d.store.remove(&id);
+            d.store.remove(&id);
             return Err(internal("could not start /bin/sh", e));
         }
     };
@@ -279,7 +290,8 @@ fn start(
         store: d.store.clone(),
         shutdown: d.shutdown.clone(),
     };
-    let (proc, handle) = actor::launch(facts, spawned, output, redactor, timeout, ctx);
+    let slot = d.running.take(&session.id);
+    let (proc, handle) = actor::launch(facts, slot, spawned, output, redactor, timeout, ctx);
     d.registry.insert(proc.clone());
     d.track_actor(proc.clone(), handle);
     tracing::info!(process_id = %proc.id, pid = proc.state().identity.map(|i| i.pid), session = %session.id, "started");
