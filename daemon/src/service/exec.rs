@@ -247,6 +247,7 @@ fn start(
     d.store
         .save(&starting)
         .map_err(|e| internal("writing the process record", e))?;
+    crate::faults::delay_spawn(&req.command); // tests only (RELIABILITY F3)
     let spec = spawn::SpawnSpec {
         command: req.command.clone(),
         cwd: cwd.clone(),
