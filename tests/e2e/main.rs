@@ -13,4 +13,5 @@ mod daemon_stop;
 mod packaging;
 mod profile_jobs;
 mod profile_shell;
+mod reliability_clients;
 mod shim;
