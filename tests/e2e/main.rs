@@ -14,4 +14,5 @@ mod packaging;
 mod profile_jobs;
 mod profile_shell;
 mod reliability_clients;
+mod reliability_containment;
 mod shim;

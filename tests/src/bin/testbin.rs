@@ -17,8 +17,9 @@
 //! - `double-fork SECS [detach]`: daemonise the classic way (fork, `setsid`, fork; the middle
 //!   process exits, the original waits for it and exits 0). The grandchild prints its `ready`
 //!   line; with `detach` it then points its stdio at `/dev/null`, as daemons do.
-//! - `fork-loop N MS`: fork N children, one every MS milliseconds; each prints `ready` and
-//!   sleeps; the parent then sleeps (a bounded fork loop).
+//! - `fork-loop N MS`: ignore SIGTERM, then fork N children, one every MS milliseconds; each
+//!   prints `ready` and sleeps (ignoring SIGTERM too); the parent then sleeps. A bounded fork
+//!   loop that goes on forking through a stop's grace period, until SIGKILL.
 //! - `stop-self`: print `ready`, then stop itself with SIGSTOP; sleep after SIGCONT.
 //! - `tick MS`: print `tick <n>` every MS milliseconds, for ever.
 //! - `setsid-hold GATE`: leave the session, print `ready`, wait while the file GATE exists, print
@@ -191,6 +192,10 @@ fn main() {
         "fork-loop" => {
             let n = arg_u64(&args, 2, 10);
             let ms = arg_u64(&args, 3, 5);
+            // SAFETY: installing SIG_IGN has no preconditions; children inherit it.
+            unsafe {
+                libc::signal(libc::SIGTERM, libc::SIG_IGN);
+            }
             for _ in 0..n {
                 if let nix::unistd::ForkResult::Child = fork() {
                     ready_sleep(600);
