@@ -15,4 +15,5 @@ mod profile_jobs;
 mod profile_shell;
 mod reliability_clients;
 mod reliability_containment;
+mod reliability_faults;
 mod shim;
