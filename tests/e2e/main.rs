@@ -16,4 +16,5 @@ mod profile_shell;
 mod reliability_clients;
 mod reliability_containment;
 mod reliability_faults;
+mod reliability_load;
 mod shim;
