@@ -16,5 +16,6 @@ mod profile_shell;
 mod reliability_clients;
 mod reliability_containment;
 mod reliability_faults;
+mod reliability_input;
 mod reliability_load;
 mod shim;

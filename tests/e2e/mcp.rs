@@ -265,6 +265,16 @@ impl RawShim {
             .expect("write to the shim");
     }
 
+    /// Writes raw bytes (a partial frame, say).
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin
+            .write_all(bytes)
+            .and_then(|()| stdin.flush())
+            .expect("write to the shim");
+    }
+
     /// Sends a request; returns its id.
     pub fn request(&mut self, method: &str, params: Value) -> u64 {
         let id = self.next_id;
