@@ -18,4 +18,5 @@ mod reliability_containment;
 mod reliability_faults;
 mod reliability_input;
 mod reliability_load;
+mod reliability_security;
 mod shim;
