@@ -516,3 +516,120 @@ async fn b8_odd_commands_not_found_closed_stdout_stdin_readers_self_pgid_and_sel
     assert!(started.elapsed() < Duration::from_secs(4));
     assert!(!stopped.alive());
 }
+
+/// Arbitrary JSON, biased towards what models send by mistake.
+fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+    use proptest::prelude::*;
+    use serde_json::Value;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<f64>().prop_map(Value::from),
+        any::<String>().prop_map(Value::String),
+        prop::sample::select(vec![
+            "",
+            "NONE",
+            "echo hi",
+            "proc_000000000000",
+            "-1",
+            "both",
+            "KILL"
+        ])
+        .prop_map(|s| Value::String(s.to_string())),
+    ];
+    leaf.prop_recursive(2, 16, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map("[a-z_]{1,12}", inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// B7 fuzzing through the real binary: every tool of every profile, given arbitrary argument
+/// objects (with no daemon behind, so valid ones end in `daemon_unavailable`), answers each with
+/// a tool result — never a protocol error, a crash or a hang — and exits 0 at the end. Cases per
+/// profile: `PROPTEST_CASES` (default 48).
+#[test]
+fn b7_every_tool_of_every_profile_answers_arbitrary_arguments_with_a_result() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(48);
+    let d = TestDaemon::unstarted();
+    for (profile, extra) in [
+        ("default", None),
+        ("jobs", None),
+        ("shell", Some(("ALLOW_COMMANDS", "echo,ls"))),
+    ] {
+        let mut vars = vec![("YIELDSHELL_NO_AUTOSTART", "1")];
+        vars.extend(extra);
+        let mut cmd = shim_std_command(&d, &vars);
+        cmd.args(["--profile", profile]);
+        let shim = std::cell::RefCell::new(RawShim::start(cmd));
+        let listed = shim.borrow_mut().request("tools/list", json!({}));
+        let tools: Vec<String> = shim.borrow_mut().response(listed)["result"]["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .map(|t| t["name"].as_str().expect("name").to_string())
+            .collect();
+        let args = prop::collection::btree_map(
+            prop_oneof![
+                prop::sample::select(vec![
+                    "command",
+                    "side_effects",
+                    "process_id",
+                    "job_id",
+                    "since_seq",
+                    "max_output_bytes",
+                    "streams",
+                    "yield_ms",
+                    "timeout_ms",
+                    "timeout",
+                    "env",
+                    "stdin",
+                    "input",
+                    "signal",
+                    "until",
+                    "lines",
+                    "limit",
+                    "scope",
+                    "directory",
+                ])
+                .prop_map(str::to_string),
+                "[a-z_]{1,10}",
+            ],
+            json_value(),
+            0..6,
+        );
+        let mut runner = TestRunner::new(Config {
+            cases,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        runner
+            .run(&(prop::sample::select(tools), args), |(tool, args)| {
+                let args: serde_json::Map<_, _> = args.into_iter().collect();
+                let r = shim
+                    .borrow_mut()
+                    .call(&tool, serde_json::Value::Object(args.clone()));
+                prop_assert!(
+                    r.get("result").is_some() && r.get("error").is_none(),
+                    "{profile} {tool} {args:?}: {r}"
+                );
+                prop_assert!(
+                    !r["result"]["content"].as_array().is_none_or(Vec::is_empty),
+                    "{r}"
+                );
+                Ok(())
+            })
+            .expect("property");
+        let (_, status) = shim.into_inner().close();
+        assert_eq!(status.code(), Some(0), "{profile}");
+    }
+}
