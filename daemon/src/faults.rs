@@ -47,6 +47,8 @@ pub fn actor_should_panic(command: &[u8]) -> bool {
 /// Pauses the (synchronous) start of `command` under `spawn_delay` fault injection.
 pub fn delay_spawn(command: &[u8]) {
     if injected("spawn_delay", command) {
-        std::thread::sleep(SPAWN_DELAY);
+        // block_in_place hands this worker's other tasks to another thread first: the delay
+        // holds up this exec (and the spawn lock), as a slow spawn would, not the whole runtime.
+        tokio::task::block_in_place(|| std::thread::sleep(SPAWN_DELAY));
     }
 }

@@ -119,6 +119,17 @@ impl Observer {
     }
 }
 
+/// Waits until `id` has flushed output to its spool (its segment file is open from then on).
+async fn spool_open(d: &TestDaemon, id: &str) {
+    let segment = d.state.join("procs").join(id).join("out.0");
+    eventually("the first spool flush", || async {
+        std::fs::metadata(&segment)
+            .is_ok_and(|m| m.len() > 0)
+            .then_some(())
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn f3_a_shim_killed_mid_call_leaves_no_descriptor_task_or_half_started_process() {
     let d =
@@ -126,8 +137,11 @@ async fn f3_a_shim_killed_mid_call_leaves_no_descriptor_task_or_half_started_pro
     let c = d.session();
     let tb = testbin();
     let sleeper = c.spawn_bg(&format!("exec {tb} ready-sleep 600")).await;
-    let ticker = c.spawn_bg(&format!("exec {tb} tick 1")).await;
+    // Ticks slower than the spool's 50 ms flush delay, so its spool files are open before the
+    // baseline is taken (they would otherwise open at a random later flush).
+    let ticker = c.spawn_bg(&format!("exec {tb} tick 60")).await;
     c.ready_pids(&sleeper, 1).await;
+    spool_open(&d, &ticker).await;
     let mut obs = Observer::new(&d).await;
     let base = obs.stable().await;
     let no_autostart = [("YIELDSHELL_NO_AUTOSTART", "1")];
@@ -250,9 +264,10 @@ async fn f4_clients_dropped_mid_follow_and_mid_wait_leak_nothing_and_disturb_no_
     let d = TestDaemon::start().await;
     let c = d.session();
     let tb = testbin();
-    let ticker = c.spawn_bg(&format!("exec {tb} tick 2")).await;
+    let ticker = c.spawn_bg(&format!("exec {tb} tick 60")).await;
     let sleeper = c.spawn_bg(&format!("exec {tb} ready-sleep 600")).await;
     c.ready_pids(&sleeper, 1).await;
+    spool_open(&d, &ticker).await;
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let steady = tokio::spawn(steady_follower(
         d.opts(),
