@@ -31,6 +31,9 @@ pub struct FileConfig {
     pub shutdown_grace_ms: Option<u64>,
     /// Ended records kept before the oldest are removed automatically (default 1000).
     pub max_ended_records: Option<u32>,
+    /// A connection that sends nothing for this long after connecting is closed (default
+    /// 10000 ms).
+    pub handshake_timeout_ms: Option<u64>,
     /// Floor for every session's policy.
     #[serde(default)]
     pub policy: PolicyFloor,
@@ -50,6 +53,11 @@ impl FileConfig {
     /// Ended records kept.
     pub fn max_ended_records(&self) -> usize {
         self.max_ended_records.unwrap_or(1000) as usize
+    }
+
+    /// How long a new connection may stay silent.
+    pub fn handshake_timeout(&self) -> Duration {
+        Duration::from_millis(self.handshake_timeout_ms.unwrap_or(10_000))
     }
 
     /// Actor timing.

@@ -1,28 +1,54 @@
 //! Fault injection for reliability tests, inert unless the daemon is started with
 //! `YIELDSHELL_TEST_FAULTS` in its own environment.
 //!
-//! `YIELDSHELL_TEST_FAULTS=actor_panic:<marker>` makes the actor of any command containing
-//! `<marker>` panic right after the spawn, so tests can prove that a supervisor bug never leaves
-//! a process unsupervised (RELIABILITY F17). Clients cannot set it: the daemon reads only its own
-//! environment, once.
+//! The variable holds comma-separated `kind:<marker>` items; each applies to the commands that
+//! contain `<marker>`:
+//! - `actor_panic:<marker>`: the actor panics right after the spawn, so tests can prove that a
+//!   supervisor bug never leaves a process unsupervised (RELIABILITY F17);
+//! - `spawn_delay:<marker>`: `exec` pauses for [`SPAWN_DELAY`] between writing the `starting`
+//!   record and spawning, so a test can kill its client inside that window (RELIABILITY F3).
+//!
+//! Clients cannot set it: the daemon reads only its own environment, once.
 
 use std::sync::OnceLock;
+use std::time::Duration;
 
 /// Variable holding the fault specification.
 pub const ENV_TEST_FAULTS: &str = "YIELDSHELL_TEST_FAULTS";
 
-fn actor_panic_marker() -> Option<&'static [u8]> {
-    static MARKER: OnceLock<Option<Vec<u8>>> = OnceLock::new();
-    MARKER
-        .get_or_init(|| {
-            let spec = std::env::var(ENV_TEST_FAULTS).ok()?;
-            let marker = spec.strip_prefix("actor_panic:")?;
-            (!marker.is_empty()).then(|| marker.as_bytes().to_vec())
-        })
-        .as_deref()
+/// How long `spawn_delay` pauses.
+pub const SPAWN_DELAY: Duration = Duration::from_secs(1);
+
+/// The `(kind, marker)` items of the specification.
+fn faults() -> &'static [(String, Vec<u8>)] {
+    static FAULTS: OnceLock<Vec<(String, Vec<u8>)>> = OnceLock::new();
+    FAULTS.get_or_init(|| {
+        let spec = std::env::var(ENV_TEST_FAULTS).unwrap_or_default();
+        spec.split(',')
+            .filter_map(|item| {
+                let (kind, marker) = item.split_once(':')?;
+                (!marker.is_empty()).then(|| (kind.to_string(), marker.as_bytes().to_vec()))
+            })
+            .collect()
+    })
+}
+
+fn injected(kind: &str, command: &[u8]) -> bool {
+    faults()
+        .iter()
+        .any(|(k, m)| k == kind && command.windows(m.len()).any(|w| w == m.as_slice()))
 }
 
 /// Whether the actor of `command` must panic (only under fault injection).
 pub fn actor_should_panic(command: &[u8]) -> bool {
-    actor_panic_marker().is_some_and(|m| command.windows(m.len()).any(|w| w == m))
+    injected("actor_panic", command)
+}
+
+/// Pauses the (synchronous) start of `command` under `spawn_delay` fault injection.
+pub fn delay_spawn(command: &[u8]) {
+    if injected("spawn_delay", command) {
+        // block_in_place hands this worker's other tasks to another thread first: the delay
+        // holds up this exec (and the spawn lock), as a slow spawn would, not the whole runtime.
+        tokio::task::block_in_place(|| std::thread::sleep(SPAWN_DELAY));
+    }
 }

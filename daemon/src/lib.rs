@@ -216,7 +216,11 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
             .max_encoding_message_size(yieldshell_proto::client::MAX_MESSAGE_BYTES),
         listener::check_peer,
     );
-    let incoming = tokio_stream::wrappers::UnixListenerStream::new(bound.listener);
+    let handshake = config.file.handshake_timeout();
+    let incoming = tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::UnixListenerStream::new(bound.listener),
+        move |conn| conn.map(|c| listener::FirstBytesDeadline::new(c, handshake)),
+    );
     let shutdown = daemon.shutdown.clone();
     let mut server = tokio::spawn(
         tonic::transport::Server::builder()

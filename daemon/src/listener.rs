@@ -136,6 +136,87 @@ pub fn remove_if_ours(owned: &Option<(PathBuf, u64)>) {
     }
 }
 
+/// An accepted connection that must start talking within a deadline.
+///
+/// A client that connects and never sends the HTTP/2 preface (a crashed half-open peer, a
+/// misbehaving tool) would otherwise hold a descriptor and a task for ever: HTTP/2 keep-alive
+/// pings start only after the handshake (RELIABILITY B5). Once the first bytes arrive the
+/// deadline is gone and keep-alive takes over.
+#[derive(Debug)]
+pub struct FirstBytesDeadline {
+    inner: tokio::net::UnixStream,
+    deadline: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl FirstBytesDeadline {
+    /// Wraps a freshly accepted connection.
+    pub fn new(inner: tokio::net::UnixStream, within: std::time::Duration) -> Self {
+        FirstBytesDeadline {
+            inner,
+            deadline: Some(Box::pin(tokio::time::sleep(within))),
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for FirstBytesDeadline {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        use std::future::Future;
+        use std::task::Poll;
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        let Some(deadline) = self.deadline.as_mut() else {
+            return polled;
+        };
+        match polled {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => self.deadline = None,
+            Poll::Pending if deadline.as_mut().poll(cx).is_ready() => {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the client sent nothing after connecting",
+                )));
+            }
+            _ => {}
+        }
+        polled
+    }
+}
+
+impl tokio::io::AsyncWrite for FirstBytesDeadline {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl tonic::transport::server::Connected for FirstBytesDeadline {
+    type ConnectInfo = UdsConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
 /// gRPC interceptor: only our own uid may call (SO_PEERCRED).
 pub fn check_peer(req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
     let me = nix::unistd::geteuid().as_raw();

@@ -126,10 +126,15 @@ fn write_record(root: &Path, record: &ProcessRecord) -> io::Result<()> {
     let dir = root.join(&record.process_id);
     let tmp = dir.join(format!("{RECORD_FILE}.tmp"));
     let json = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
+    // A fresh file every time, never through a symlink planted at the temp path (it is
+    // unlinked, not followed): O_EXCL does not follow a final symlink (RELIABILITY S3).
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .open(&tmp)?;
     f.write_all(&json)?;
     drop(f);

@@ -350,7 +350,16 @@ async fn start_daemon(
         socket: opts.socket.clone(),
         detail,
     };
-    let start_log = std::fs::File::create(&start_log_path)
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    // Never truncate through a symlink planted in the socket directory (RELIABILITY S3).
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(
+        &mut options,
+        nix::fcntl::OFlag::O_NOFOLLOW.bits(),
+    );
+    let start_log = options
+        .open(&start_log_path)
         .map_err(|e| fail(format!("creating {}: {e}", start_log_path.display())))?;
     let mut cmd = std::process::Command::new(&bin);
     cmd.arg("--socket").arg(&opts.socket);

@@ -241,3 +241,125 @@ mod tests {
         assert!(a.string("c").expect_err("missing").0.contains("missing"));
     }
 }
+
+/// Property tests: no argument object, however odd, makes a reader panic, and every accepted
+/// value reads back as sent. Cases: `PROPTEST_CASES` (default 256); a longer run is
+/// `PROPTEST_CASES=100000 cargo test -p mcp-yieldshell prop_`.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn config() -> ProptestConfig {
+        let cases = std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(256);
+        ProptestConfig {
+            cases,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    /// Names the tools read, plus anything else.
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(vec![
+                "command",
+                "side_effects",
+                "process_id",
+                "since_seq",
+                "max_output_bytes",
+                "streams",
+                "yield_ms",
+                "timeout_ms",
+                "env",
+                "stdin",
+                "cwd",
+                "name",
+                "signal",
+                "input",
+                "eof",
+                "until",
+                "tail_lines",
+                "limit",
+                "scope",
+                "include_completed",
+            ])
+            .prop_map(str::to_string),
+            any::<String>(),
+        ]
+    }
+
+    /// Arbitrary JSON, biased towards what models send by mistake.
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            any::<String>().prop_map(Value::String),
+            prop::sample::select(vec![
+                "",
+                "NONE",
+                "both",
+                "stdin",
+                "-1",
+                "1e309",
+                "[\"NONE\"]",
+                "[1,",
+                "true",
+                " 7 ",
+                "18446744073709551616",
+            ])
+            .prop_map(|s| Value::String(s.to_string())),
+        ];
+        leaf.prop_recursive(3, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::btree_map(key(), inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn prop_no_argument_object_makes_a_reader_panic(
+            map in prop::collection::btree_map(key(), value(), 0..10)
+        ) {
+            let map: Map<String, Value> = map.into_iter().collect();
+            let a = Args::new(&map);
+            for name in map.keys().map(String::as_str).chain(["command", "absent"]) {
+                let _ = a.string(name);
+                let _ = a.opt_string(name);
+                let _ = a.opt_u64(name);
+                let _ = a.opt_bool(name);
+                let _ = a.opt_enum(name, &["both", "stdout", "stderr"]);
+                let _ = a.string_list(name);
+                let _ = a.string_map(name);
+            }
+        }
+
+        #[test]
+        fn prop_accepted_values_read_back_exactly(n in any::<u64>(), words in prop::collection::vec("[A-Z_]{1,12}", 1..5)) {
+            let map: Map<String, Value> = [
+                ("num".to_string(), Value::from(n)),
+                ("text".to_string(), Value::String(n.to_string())),
+                ("list".to_string(), Value::from(words.clone())),
+                ("csv".to_string(), Value::String(words.join(","))),
+            ]
+            .into_iter()
+            .collect();
+            let a = Args::new(&map);
+            prop_assert_eq!(a.opt_u64("num"), Ok(Some(n)));
+            prop_assert_eq!(a.opt_u64("text"), Ok(Some(n)));
+            prop_assert_eq!(a.string_list("list"), Ok(Some(words.clone())));
+            prop_assert_eq!(a.string_list("csv"), Ok(Some(words)));
+        }
+    }
+}

@@ -51,9 +51,16 @@ fn main() -> std::process::ExitCode {
         settings,
     );
     let result = runtime.block_on(async move {
-        let service = mcp_yieldshell::server::Handler(shim)
+        let service = match mcp_yieldshell::server::Handler(shim)
             .serve(rmcp::transport::stdio_pipes())
-            .await?;
+            .await
+        {
+            Ok(s) => s,
+            // stdin closed before (or during) `initialize`: the client went away, which ends
+            // the shim like any other EOF — exit 0, not an error (RELIABILITY B7).
+            Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
         service.waiting().await?;
         Ok::<(), Box<dyn std::error::Error>>(())
     });

@@ -6,7 +6,9 @@ use std::process::Stdio;
 
 use yieldshell_proto::pb;
 
-use crate::helper::{Pid, TestDaemon, bin, eventually_blocking, json, run, testbin};
+use crate::helper::{
+    Pid, TestDaemon, bin, daemon_pids_for, eventually_blocking, json, run, testbin,
+};
 
 #[tokio::test]
 async fn socket_is_0600_in_a_0700_directory() {
@@ -180,29 +182,6 @@ async fn ten_concurrent_auto_starting_clients_leave_exactly_one_daemon() {
     eventually_blocking("the daemon to exit", || {
         daemon_pids_for(&socket).is_empty().then_some(())
     });
-}
-
-fn daemon_pids_for(socket: &std::path::Path) -> Vec<i32> {
-    let needle = socket.display().to_string();
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-                return false;
-            };
-            let args: Vec<String> = cmdline
-                .split(|b| *b == 0)
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .is_ok_and(|s| s[s.rfind(')').map_or(0, |i| i + 2)..].starts_with('Z'));
-            !zombie
-                && args.first().is_some_and(|a| a.ends_with("yieldshelld"))
-                && args.contains(&needle)
-        })
-        .collect()
 }
 
 #[tokio::test]

@@ -161,6 +161,12 @@ impl Pid {
             .collect()
     }
 
+    /// The identity of a live process now.
+    pub fn of(pid: i32) -> Option<Pid> {
+        let (state, start) = stat_fields(pid)?;
+        (state != b'Z' && state != b'X').then_some(Pid { pid, start })
+    }
+
     /// Whether this very process (same start time) is alive and not a zombie.
     pub fn alive(&self) -> bool {
         matches!(stat_fields(self.pid), Some((state, start)) if start == self.start && state != b'Z' && state != b'X')
@@ -180,6 +186,124 @@ pub fn marked_processes(process_id: &str) -> Vec<i32> {
             alive
                 && std::fs::read(format!("/proc/{pid}/environ"))
                     .is_ok_and(|env| env.split(|b| *b == 0).any(|e| e == needle.as_slice()))
+        })
+        .collect()
+}
+
+/// Whether the full-size reliability runs were asked for (`YIELDSHELL_TEST_HEAVY=1`).
+pub fn heavy() -> bool {
+    std::env::var("YIELDSHELL_TEST_HEAVY").is_ok_and(|v| v == "1")
+}
+
+/// `light` in the normal run, `full` under `YIELDSHELL_TEST_HEAVY=1`.
+pub fn size(light: usize, full: usize) -> usize {
+    if heavy() { full } else { light }
+}
+
+/// Serialises the load tests of one `cargo test` run (nextest runs them in its `heavy` test
+/// group instead): two floods at once would measure each other.
+pub async fn heavy_lock() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
+}
+
+/// Open descriptors of a process (`/proc/<pid>/fd`).
+pub fn fd_count(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Resident memory of a process in KiB (`VmRSS`).
+pub fn rss_kib(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Zombies whose parent is `parent`.
+pub fn zombies_of(parent: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                let rest = &s[s.rfind(')').map_or(0, |i| i + 1)..];
+                let mut f = rest.split_whitespace();
+                let state = f.next().unwrap_or("");
+                let ppid: i32 = f.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+                state == "Z" && ppid == parent
+            })
+        })
+        .collect()
+}
+
+/// Waits (bounded) until `parent` has no zombie children: the reaper collects them on SIGCHLD,
+/// so one may be seen for an instant.
+pub async fn assert_no_zombies(parent: i32) {
+    eventually("no zombies of the daemon", || async {
+        zombies_of(parent).is_empty().then_some(())
+    })
+    .await;
+}
+
+/// Latencies of repeated calls, for percentile reports.
+#[derive(Debug, Default, Clone)]
+pub struct Latencies(pub Vec<Duration>);
+
+impl Latencies {
+    /// Records one sample.
+    pub fn push(&mut self, d: Duration) {
+        self.0.push(d);
+    }
+
+    /// The `p`-th percentile (0–100), zero without samples.
+    pub fn pct(&self, p: f64) -> Duration {
+        let mut v = self.0.clone();
+        v.sort_unstable();
+        if v.is_empty() {
+            return Duration::ZERO;
+        }
+        let i = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
+        v[i.min(v.len() - 1)]
+    }
+
+    /// `n=…, p50=…, p99=…, max=…` for the test log.
+    pub fn summary(&self) -> String {
+        format!(
+            "n={} p50={:?} p99={:?} max={:?}",
+            self.0.len(),
+            self.pct(50.0),
+            self.pct(99.0),
+            self.pct(100.0)
+        )
+    }
+}
+
+/// Live `yieldshelld` processes serving `socket` (found by their command line).
+pub fn daemon_pids_for(socket: &Path) -> Vec<i32> {
+    let needle = socket.display().to_string();
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let args: Vec<String> = cmdline
+                .split(|b| *b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            Pid::of(*pid).is_some()
+                && args.first().is_some_and(|a| a.ends_with("yieldshelld"))
+                && args.contains(&needle)
         })
         .collect()
 }
@@ -210,7 +334,13 @@ impl TestDaemon {
 
     /// Like [`TestDaemon::start`], with extra variables in the daemon's own environment.
     pub async fn start_with_env(env: &[(&str, &str)]) -> TestDaemon {
+        Self::start_configured(env, "").await
+    }
+
+    /// Like [`TestDaemon::start_with_env`], with a config file (TOML) written first.
+    pub async fn start_configured(env: &[(&str, &str)], config: &str) -> TestDaemon {
         let dir = Self::new_dir();
+        std::fs::write(dir.path().join("config.toml"), config).expect("config file");
         let mut d = TestDaemon {
             socket: dir.path().join("run").join("d.sock"),
             state: dir.path().join("state"),
@@ -223,6 +353,83 @@ impl TestDaemon {
         };
         d.spawn().await;
         d
+    }
+
+    /// A fresh directory where clients will auto-start the daemon (nothing runs yet). On drop,
+    /// an auto-started daemon is stopped with `yieldctl daemon stop`.
+    pub fn unstarted() -> TestDaemon {
+        let dir = Self::new_dir();
+        TestDaemon {
+            socket: dir.path().join("run").join("d.sock"),
+            state: dir.path().join("state"),
+            dir,
+            env: Vec::new(),
+            child: None,
+        }
+    }
+
+    /// Stops a daemon that a client auto-started, and waits until its process is gone.
+    pub fn stop_autostarted(&self) {
+        if daemon_pids_for(&self.socket).is_empty() {
+            return;
+        }
+        let _ = Command::new(bin("yieldctl"))
+            .args(["daemon", "stop"])
+            .env("YIELDSHELL_SOCKET", &self.socket)
+            .env("YIELDSHELL_NO_AUTOSTART", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        // Never panic here while a test already panics (Drop calls this too).
+        let deadline = Instant::now() + TIMEOUT;
+        while !daemon_pids_for(&self.socket).is_empty() {
+            if Instant::now() > deadline {
+                assert!(
+                    std::thread::panicking(),
+                    "the auto-started daemon did not exit"
+                );
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// A raw control-plane client (no session) for admin calls and streams.
+    pub async fn raw(&self) -> yieldshell_proto::client::Client {
+        yieldshell_proto::client::connect(&self.opts())
+            .await
+            .expect("connect")
+            .client
+    }
+
+    /// The daemon's `Status`.
+    pub async fn status(&self) -> pb::StatusResponse {
+        self.raw()
+            .await
+            .status(pb::StatusRequest::default())
+            .await
+            .expect("status")
+            .into_inner()
+    }
+
+    /// Whether the instance lock is free (`flock -n` would succeed): no daemon holds it.
+    pub fn lock_is_free(&self) -> bool {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.state.join("yieldshelld.lock"))
+            .expect("lock file");
+        f.try_lock().is_ok()
+    }
+
+    /// Whether the daemon process we started still runs (not reaped, not a zombie).
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     /// The daemon command line for this directory.
@@ -342,7 +549,9 @@ impl TestDaemon {
 impl Drop for TestDaemon {
     fn drop(&mut self) {
         // A graceful stop also stops every managed process, so no test leaks one.
-        self.terminate();
+        if self.terminate().is_none() {
+            self.stop_autostarted();
+        }
     }
 }
 

@@ -182,3 +182,169 @@ pub fn gate(dir: &Path, name: &str) -> (std::path::PathBuf, String) {
     let wait = format!("while [ -e {} ]; do sleep 0.02; done", path.display());
     (path, wait)
 }
+
+/// The shim as a `std` command (for raw JSON-RPC over its pipes).
+pub fn shim_std_command(d: &TestDaemon, vars: &[(&str, &str)]) -> std::process::Command {
+    let mut c = std::process::Command::new(bin("mcp-yieldshell"));
+    c.env("YIELDSHELL_SOCKET", &d.socket)
+        .env("YIELDSHELL_STATE_DIR", &d.state)
+        .env("YIELDSHELL_DAEMON_BIN", bin("yieldshelld"))
+        .env_remove("YIELDSHELL_NO_AUTOSTART")
+        .current_dir(d.dir.path());
+    for (k, v) in vars {
+        c.env(k, v);
+    }
+    c
+}
+
+/// One line the shim printed: a JSON-RPC frame, or what was not one.
+type Frame = Result<Value, String>;
+
+/// A shim driven with raw JSON-RPC lines over pipes, as an MCP client (an editor) drives it.
+/// Every line it prints is checked to be a JSON-RPC 2.0 frame.
+pub struct RawShim {
+    /// The shim process.
+    pub child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    frames: std::sync::mpsc::Receiver<Frame>,
+    next_id: u64,
+}
+
+impl RawShim {
+    /// Starts `cmd` with piped stdio and completes the MCP handshake.
+    pub fn start(mut cmd: std::process::Command) -> RawShim {
+        use std::io::BufRead;
+        use std::process::Stdio;
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn mcp-yieldshell");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, frames) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let frame = serde_json::from_str::<Value>(&line)
+                    .ok()
+                    .filter(|v| v["jsonrpc"] == "2.0")
+                    .ok_or(line);
+                if tx.send(frame).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut shim = RawShim {
+            stdin: child.stdin.take(),
+            child,
+            frames,
+            next_id: 1,
+        };
+        let id = shim.request(
+            "initialize",
+            serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}),
+        );
+        shim.response(id);
+        shim.send(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        shim
+    }
+
+    /// The shim's pid.
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Writes one frame.
+    pub fn send(&mut self, v: &Value) {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin
+            .write_all(format!("{v}\n").as_bytes())
+            .and_then(|()| stdin.flush())
+            .expect("write to the shim");
+    }
+
+    /// Writes raw bytes (a partial frame, say).
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin
+            .write_all(bytes)
+            .and_then(|()| stdin.flush())
+            .expect("write to the shim");
+    }
+
+    /// Sends a request; returns its id.
+    pub fn request(&mut self, method: &str, params: Value) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(
+            &serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        );
+        id
+    }
+
+    /// Sends a `tools/call`; returns its id.
+    pub fn call_async(&mut self, name: &str, args: Value) -> u64 {
+        self.request(
+            "tools/call",
+            serde_json::json!({"name": name, "arguments": args}),
+        )
+    }
+
+    /// Calls a tool and returns the response frame.
+    pub fn call(&mut self, name: &str, args: Value) -> Value {
+        let id = self.call_async(name, args);
+        self.response(id)
+    }
+
+    /// The response to request `id` (notifications are skipped), within [`crate::helper::TIMEOUT`].
+    pub fn response(&mut self, id: u64) -> Value {
+        let deadline = std::time::Instant::now() + crate::helper::TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.frames.recv_timeout(left) {
+                Ok(Ok(v)) if v["id"] == id => return v,
+                Ok(Ok(_)) => {}
+                Ok(Err(line)) => panic!("the shim printed a non-JSON-RPC line: {line:?}"),
+                Err(e) => panic!("no response to request {id}: {e}"),
+            }
+        }
+    }
+
+    /// Closes the shim's stdin; returns how long until its stdout reached EOF, and its exit
+    /// status. Every frame printed meanwhile must be JSON-RPC.
+    pub fn close(mut self) -> (std::time::Duration, std::process::ExitStatus) {
+        let started = std::time::Instant::now();
+        drop(self.stdin.take());
+        let deadline = started + crate::helper::TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.frames.recv_timeout(left) {
+                Ok(Ok(_)) => {}
+                Ok(Err(line)) => panic!("the shim printed a non-JSON-RPC line: {line:?}"),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    panic!("the shim's stdout did not reach EOF")
+                }
+            }
+        }
+        let eof = started.elapsed();
+        let status = crate::helper::eventually_blocking("the shim to exit", || {
+            self.child.try_wait().ok().flatten()
+        });
+        (eof, status)
+    }
+
+    /// SIGKILLs the shim and reaps it.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The structured body of a raw `tools/call` response.
+pub fn raw_body(frame: &Value) -> Value {
+    frame["result"]["structuredContent"].clone()
+}

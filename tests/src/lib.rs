@@ -17,3 +17,17 @@ pub fn bad_utf8_bytes() -> Vec<u8> {
 pub fn flood_byte(i: u64) -> u8 {
     b'A' + (i % 26) as u8
 }
+
+/// `len` bytes of the flood pattern starting at byte offset `start` (seq `start + 1`), checked
+/// without a per-byte loop: compares against one precomputed window of the periodic pattern.
+pub fn is_flood_at(start: u64, data: &[u8]) -> bool {
+    use std::sync::OnceLock;
+    static PATTERN: OnceLock<Vec<u8>> = OnceLock::new();
+    let pattern = PATTERN.get_or_init(|| (0..(1u64 << 20) + 26).map(flood_byte).collect());
+    let phase = (start % 26) as usize;
+    data.chunks(1 << 20).enumerate().all(|(k, chunk)| {
+        // Each chunk starts (1 << 20) * k bytes later; the phase shifts by that modulo 26.
+        let p = (phase + ((1usize << 20) * k) % 26) % 26;
+        chunk == &pattern[p..p + chunk.len()]
+    })
+}

@@ -342,7 +342,7 @@ impl OutputLog {
         let mut inner = self.lock();
         inner.closed = true;
         if let Some(spool) = inner.spool.as_mut() {
-            spool.flush();
+            spool.finish();
         }
         drop(inner);
         self.end.send_modify(|e| e.closed = true);

@@ -143,6 +143,8 @@ pub fn launch(
         descendant_poll: None,
         reader_cutoff: None,
         shutdown_seen: false,
+        outside_group: false,
+        swept: false,
     };
     let handle = tokio::spawn(actor.run(spawned.exit));
     (proc, handle)
@@ -273,6 +275,11 @@ struct Actor {
     descendant_poll: Option<Instant>,
     reader_cutoff: Option<Instant>,
     shutdown_seen: bool,
+    /// Descendants were found outside the process group after the shell exited (a `setsid`
+    /// grandchild, a double-forked daemon): from then on only a full sweep counts them.
+    outside_group: bool,
+    /// The marker sweep before the actor lets its process go has run.
+    swept: bool,
 }
 
 async fn sleep_opt(at: Option<Instant>) {
@@ -315,6 +322,19 @@ impl Actor {
         loop {
             let state = self.proc.state();
             if state.settled && self.readers_done && self.stop.is_none() && state.descendants == 0 {
+                // One marker sweep before letting go: a daemon that left the group and closed
+                // its output is invisible to the cheap group check, and once this actor ends
+                // nothing could stop it (RELIABILITY F13 row c′). `exec`/`wait` have returned
+                // already, so this costs no latency.
+                if !self.swept {
+                    self.swept = true;
+                    let n = self.count_descendants(true);
+                    if n > 0 {
+                        self.update(|s| s.descendants = n);
+                        self.descendant_poll = Some(Instant::now() + DESCENDANT_POLL);
+                        continue;
+                    }
+                }
                 break;
             }
             let may_time_out = !self.exit_seen && self.stop.is_none();
@@ -394,18 +414,24 @@ impl Actor {
         }
     }
 
-    fn count_descendants(&self) -> u32 {
-        // Cheap first: an empty process group needs no /proc scan (the common case of a command
-        // that leaves nothing behind).
-        // Escapees that left the group are not counted here (they are still stopped by `stop`).
-        if killpg(Pid::from_raw(self.pgid), None).is_err() {
+    /// Counts the descendants still running. Cheap first: an empty process group needs no
+    /// /proc scan (the common case of a command that leaves nothing behind) — unless something
+    /// outside the group may run: `full` is asked, a pipe is still held open after the drain
+    /// grace, or descendants outside the group were seen before (RELIABILITY F13, F15).
+    fn count_descendants(&mut self, full: bool) -> u32 {
+        let group_alive = killpg(Pid::from_raw(self.pgid), None).is_ok();
+        if !group_alive && !full && self.readers_done && !self.outside_group {
             return 0;
         }
-        u32::try_from(tree::find_tree(Some(self.pgid), &self.proc.id).len()).unwrap_or(u32::MAX)
+        let n = tree::find_tree(Some(self.pgid), &self.proc.id).len();
+        if n > 0 && !group_alive {
+            self.outside_group = true;
+        }
+        u32::try_from(n).unwrap_or(u32::MAX)
     }
 
     fn settle_natural(&mut self) {
-        let descendants = self.count_descendants();
+        let descendants = self.count_descendants(false);
         self.update(|s| {
             s.settled = true;
             s.descendants = descendants;
@@ -419,7 +445,7 @@ impl Actor {
     }
 
     fn poll_descendants(&mut self) {
-        let n = self.count_descendants();
+        let n = self.count_descendants(false);
         if n != self.proc.state.borrow().descendants {
             self.update(|s| s.descendants = n);
         }
@@ -451,7 +477,10 @@ impl Actor {
             return;
         }
         let state = self.proc.state();
-        if state.settled && state.descendants == 0 {
+        let members = tree::find_tree(Some(self.pgid), &self.proc.id);
+        // "Nothing counted" is not "nothing running": descendants outside the group are found
+        // only by the sweep above (RELIABILITY F13, F15), so only an empty sweep ends here.
+        if state.settled && members.is_empty() {
             if let Some(r) = reply {
                 let _ = r.send(StopOutcome {
                     stopped: false,
@@ -460,7 +489,6 @@ impl Actor {
             }
             return;
         }
-        let members = tree::find_tree(Some(self.pgid), &self.proc.id);
         tree::signal_tree(Some(self.pgid), &members, signal);
         if !matches!(signal, Signal::SIGKILL | Signal::SIGCONT) {
             tree::signal_tree(Some(self.pgid), &members, Signal::SIGCONT);

@@ -73,6 +73,9 @@ pub(super) fn status(svc: &ControlService) -> pb::StatusResponse {
         rss_bytes: rss_bytes(),
         containment: crate::process::tree::containment_name().to_string(),
         spool_degraded: u32::try_from(degraded).unwrap_or(u32::MAX),
+        tasks: tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks() as u64,
     }
 }
 

@@ -258,6 +258,7 @@ fn start(
         lost_reason: None,
     };
     d.store.save(&starting);
+    crate::faults::delay_spawn(&req.command); // tests only (RELIABILITY F3)
     let spec = spawn::SpawnSpec {
         command: req.command.clone(),
         cwd: cwd.clone(),

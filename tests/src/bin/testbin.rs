@@ -9,6 +9,23 @@
 //! - `flood BYTES`: print BYTES of the `flood_byte` pattern.
 //! - `fds`: print the open file descriptors, one per line.
 //! - `env NAME`: print the variable's value (raw bytes) and a newline.
+//! - `exit CODE`: exit with CODE at once.
+//! - `trap-term FILE SECS`: append `TERM` to FILE on every SIGTERM (and keep running), then like
+//!   `ready-sleep`: shows that a stop sent SIGTERM first, and that SIGKILL followed.
+//! - `setpgid SECS`: leave the process group (`setpgid(0, 0)`, same session), then like
+//!   `ready-sleep`.
+//! - `double-fork SECS [detach]`: daemonise the classic way (fork, `setsid`, fork; the middle
+//!   process exits, the original waits for it and exits 0). The grandchild prints its `ready`
+//!   line; with `detach` it then points its stdio at `/dev/null`, as daemons do.
+//! - `fork-loop N MS`: ignore SIGTERM, then fork N children, one every MS milliseconds; each
+//!   prints `ready` and sleeps (ignoring SIGTERM too); the parent then sleeps. A bounded fork
+//!   loop that goes on forking through a stop's grace period, until SIGKILL.
+//! - `stop-self`: print `ready`, then stop itself with SIGSTOP; sleep after SIGCONT.
+//! - `tick MS`: print `tick <n>` every MS milliseconds, for ever.
+//! - `setsid-hold GATE`: leave the session, print `ready`, wait while the file GATE exists, print
+//!   `late`, then sleep (a grandchild holding the output pipes after its shell exited).
+//! - `hex-echo NAME ARGS…`: print `arg <hex>` per argument, `cwd <hex>`, and `env <hex>` of the
+//!   variable NAME, so non-UTF-8 bytes can be compared exactly.
 
 use std::io::Write;
 use std::time::Duration;
@@ -31,12 +48,36 @@ fn ready_sleep(secs: u64) {
     std::thread::sleep(Duration::from_secs(secs));
 }
 
+/// Raw fd that the SIGTERM handler of `trap-term` appends to.
+static TRAP_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+extern "C" fn on_term(_: libc::c_int) {
+    let fd = TRAP_FD.load(std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: write(2) is async-signal-safe; the buffer is a static string.
+    unsafe {
+        libc::write(fd, b"TERM\n".as_ptr().cast(), 5);
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Forks; panics (the helper is single-threaded, so fork is safe here) only if fork fails.
+fn fork() -> nix::unistd::ForkResult {
+    // SAFETY: the testbin is single-threaded when it forks.
+    unsafe { nix::unistd::fork() }.expect("fork")
+}
+
 fn arg_u64(args: &[String], i: usize, default: u64) -> u64 {
     args.get(i).and_then(|s| s.parse().ok()).unwrap_or(default)
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
+    // Lossy: `hex-echo` takes non-UTF-8 arguments (and reads them raw itself).
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let mode = args.get(1).map(String::as_str).unwrap_or("");
     match mode {
         "ready-sleep" => ready_sleep(arg_u64(&args, 2, 60)),
@@ -59,13 +100,12 @@ fn main() {
         "flood" => {
             let total = arg_u64(&args, 2, 1 << 20);
             let mut out = std::io::stdout().lock();
-            let mut buf = vec![0u8; 64 * 1024];
+            // The pattern repeats every 26 bytes; a buffer of whole periods can be written again
+            // and again (fast even in a debug build).
+            let buf: Vec<u8> = (0..26 * 2520).map(yieldshell_tests::flood_byte).collect();
             let mut i = 0u64;
             while i < total {
                 let n = (total - i).min(buf.len() as u64) as usize;
-                for (k, b) in buf[..n].iter_mut().enumerate() {
-                    *b = yieldshell_tests::flood_byte(i + k as u64);
-                }
                 if out.write_all(&buf[..n]).is_err() {
                     return;
                 }
@@ -94,6 +134,123 @@ fn main() {
                 let _ = out.write_all(v.as_bytes());
             }
             let _ = out.write_all(b"\n");
+        }
+        "exit" => std::process::exit(arg_u64(&args, 2, 0) as i32),
+        "trap-term" => {
+            use std::os::fd::IntoRawFd;
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(args.get(2).map(String::as_str).unwrap_or("trap-term.log"))
+                .expect("trap file");
+            TRAP_FD.store(file.into_raw_fd(), std::sync::atomic::Ordering::Relaxed);
+            // SAFETY: the handler only calls write(2).
+            unsafe {
+                libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
+            }
+            ready_sleep(arg_u64(&args, 3, 60));
+        }
+        "setpgid" => {
+            let _ =
+                nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0));
+            ready_sleep(arg_u64(&args, 2, 60));
+        }
+        "double-fork" => {
+            let secs = arg_u64(&args, 2, 60);
+            let detach = args.get(3).is_some_and(|a| a == "detach");
+            match fork() {
+                nix::unistd::ForkResult::Parent { child } => {
+                    let _ = nix::sys::wait::waitpid(child, None);
+                }
+                nix::unistd::ForkResult::Child => {
+                    let _ = nix::unistd::setsid();
+                    if let nix::unistd::ForkResult::Child = fork() {
+                        let mut out = std::io::stdout().lock();
+                        let _ = writeln!(out, "ready {} {}", std::process::id(), start_time());
+                        let _ = out.flush();
+                        drop(out);
+                        if detach {
+                            use std::os::fd::AsRawFd;
+                            let null = std::fs::OpenOptions::new()
+                                .read(true)
+                                .write(true)
+                                .open("/dev/null")
+                                .expect("/dev/null");
+                            for fd in 0..3 {
+                                // SAFETY: dup2 onto the standard descriptors of this process.
+                                unsafe {
+                                    libc::dup2(null.as_raw_fd(), fd);
+                                }
+                            }
+                        }
+                        std::thread::sleep(Duration::from_secs(secs));
+                    }
+                }
+            }
+        }
+        "fork-loop" => {
+            let n = arg_u64(&args, 2, 10);
+            let ms = arg_u64(&args, 3, 5);
+            // SAFETY: installing SIG_IGN has no preconditions; children inherit it.
+            unsafe {
+                libc::signal(libc::SIGTERM, libc::SIG_IGN);
+            }
+            for _ in 0..n {
+                if let nix::unistd::ForkResult::Child = fork() {
+                    ready_sleep(600);
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(ms));
+            }
+            std::thread::sleep(Duration::from_secs(600));
+        }
+        "stop-self" => {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "ready {} {}", std::process::id(), start_time());
+            let _ = out.flush();
+            drop(out);
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+            std::thread::sleep(Duration::from_secs(600));
+        }
+        "tick" => {
+            let ms = arg_u64(&args, 2, 10);
+            let mut out = std::io::stdout().lock();
+            for n in 0u64.. {
+                if writeln!(out, "tick {n}")
+                    .and_then(|()| out.flush())
+                    .is_err()
+                {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(ms));
+            }
+        }
+        "setsid-hold" => {
+            let _ = nix::unistd::setsid();
+            let gate = std::path::PathBuf::from(args.get(2).map(String::as_str).unwrap_or("gate"));
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "ready {} {}", std::process::id(), start_time());
+            let _ = out.flush();
+            while gate.exists() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = writeln!(out, "late");
+            let _ = out.flush();
+            drop(out);
+            std::thread::sleep(Duration::from_secs(600));
+        }
+        "hex-echo" => {
+            use std::os::unix::ffi::OsStrExt;
+            let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
+            let mut out = std::io::stdout().lock();
+            for a in raw.iter().skip(3) {
+                let _ = writeln!(out, "arg {}", hex(a.as_bytes()));
+            }
+            let cwd = std::env::current_dir().unwrap_or_default();
+            let _ = writeln!(out, "cwd {}", hex(cwd.as_os_str().as_bytes()));
+            let name = raw.get(2).cloned().unwrap_or_default();
+            let value = std::env::var_os(&name).unwrap_or_default();
+            let _ = writeln!(out, "env {}", hex(value.as_bytes()));
         }
         other => {
             eprintln!("yieldshell-testbin: unknown mode {other:?}");
