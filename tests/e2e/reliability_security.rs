@@ -174,10 +174,13 @@ async fn s3_symlinks_planted_at_the_socket_state_lock_record_and_process_paths_a
     std::os::unix::fs::symlink(&victim, dir.join("record.json.tmp")).expect("symlink");
     assert!(c.stop(&id, "TERM", 2_000).await.expect("stop").stopped);
     intact();
-    let record: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("record.json")).expect("record"))
-            .expect("parse");
-    assert_eq!(record["status"], "stopped");
+    // Records are written by the record writer shortly after the change (asynchronously).
+    crate::helper::eventually_blocking("the stopped record", || {
+        let record: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("record.json")).ok()?).ok()?;
+        (record["status"] == "stopped").then_some(())
+    });
+    intact();
 
     // A process directory is a symlink (a client-chosen id): refused before anything runs.
     let uuid = "0f8e2c1a-5b7d-4e3f-9a1b-2c3d4e5f6a7b";
