@@ -352,18 +352,21 @@ async fn suite(bench: &Bench, kind: Kind, c: &Counts, big_flood: bool) -> anyhow
             &format!("start_rate_{n}_per_s"),
             n as f64 / start_secs,
         );
-        let mut lat = Vec::new();
-        for _ in 0..20 {
-            lat.push(
-                timed(client.call(
-                    "ps",
-                    json!({"include_completed": false, "limit": 5000, "scope": "all"}),
-                ))
-                .await?
-                .0,
-            );
+        // `ps` as an agent calls it (default arguments: a page of the most
+        // recent processes) and the full listing of every running process.
+        for (key, args) in [
+            (format!("ps_{n}"), json!({})),
+            (
+                format!("ps_all_{n}"),
+                json!({"include_completed": false, "limit": 5000, "scope": "all"}),
+            ),
+        ] {
+            let mut lat = Vec::new();
+            for _ in 0..20 {
+                lat.push(timed(client.call("ps", args.clone())).await?.0);
+            }
+            put(&mut f, &key, Summary::of(&lat));
         }
-        put(&mut f, &format!("ps_{n}"), Summary::of(&lat));
         put(
             &mut f,
             &format!("rss_{n}_mib"),

@@ -77,9 +77,14 @@ fn rows(r: &BTreeMap<&str, Figures>) -> Vec<Row> {
     lat("ps", "ps", Some("mcp_echo"));
     lat("stop (SIGTERM-obeying sh)", "stop", None);
     lat("timeout_ms overshoot (300 ms)", "timeout_overshoot", None);
-    for key in ["ps_50", "ps_1000", "ps_20", "ps_100"] {
-        if o.is_some_and(|f| f.contains_key(key)) {
-            lat(&format!("ps with {} running", &key[3..]), key, None);
+    for n in ["20", "50", "100", "1000"] {
+        for (label, key) in [
+            (format!("ps (defaults) with {n} running"), format!("ps_{n}")),
+            (format!("ps listing all {n} running"), format!("ps_all_{n}")),
+        ] {
+            if o.is_some_and(|f| f.contains_key(&key)) {
+                lat(&label, &key, None);
+            }
         }
     }
     lat("exec `true`, many clients", "clients_exec", None);
@@ -187,7 +192,12 @@ fn targets(r: &BTreeMap<&str, Figures>) -> Vec<Target> {
     );
     check("stop p50 ≤ 50 ms", p50(o, "stop"), Some(50.0), true);
     let ps_many = p50(o, "ps_1000").or_else(|| p50(o, "ps_100"));
-    check("ps over 1000 processes ≤ 10 ms", ps_many, Some(10.0), true);
+    check(
+        "ps (defaults) over 1000 processes ≤ 10 ms",
+        ps_many,
+        Some(10.0),
+        true,
+    );
     let flood = num(o, "flood_mb_s");
     check(
         "flood ≥ 2× original MB/s",

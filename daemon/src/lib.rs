@@ -238,6 +238,29 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
     daemon.shutdown.cancel();
     tracing::info!("shutting down: stopping managed processes");
     let timing = config.file.timing();
+    let sweep = |grace: Duration| {
+        let d = daemon.clone();
+        async move {
+            let mut groups = std::collections::HashSet::new();
+            let mut ids = Vec::new();
+            for p in d.registry.all() {
+                let s = p.state();
+                if !s.settled || s.descendants > 0 || s.status == process::Status::Running {
+                    groups.extend(s.identity.map(|i| i.pid));
+                    ids.push(p.id.clone());
+                }
+            }
+            if ids.is_empty() {
+                return;
+            }
+            tracing::info!(processes = ids.len(), "stopping every managed tree");
+            let _ = tokio::task::spawn_blocking(move || {
+                process::tree::stop_all(&groups, &ids, grace);
+            })
+            .await;
+        }
+    };
+    sweep(timing.shutdown_grace).await;
     let actors = daemon.take_actors();
     let waited = tokio::time::timeout(
         timing.shutdown_grace + Duration::from_secs(12),
@@ -247,6 +270,8 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
     if waited.is_err() {
         tracing::error!("some process actors did not finish in time");
     }
+    // Never leave a process running unsupervised: whatever still runs now gets SIGKILL.
+    sweep(Duration::ZERO).await;
     retention.abort();
     if server_result.is_none()
         && tokio::time::timeout(Duration::from_secs(2), &mut server)

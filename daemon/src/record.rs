@@ -144,16 +144,11 @@ fn write_record(root: &Path, record: &ProcessRecord) -> io::Result<()> {
 /// How long the writer lets jobs gather before writing them. A quick command queues its
 /// `starting` and its final record within this window, so only the final one is written; and the
 /// disk work happens after, not during, the spawn it would otherwise compete with for the CPU.
+/// (The thread keeps the normal priority: a lowered one invites priority inversion on the
+/// allocator's and the queue's locks, which measured far worse than any gain.)
 const WRITE_BATCH_DELAY: std::time::Duration = std::time::Duration::from_millis(3);
 
 fn run_writer(root: &Path, jobs: &std::sync::mpsc::Receiver<Job>) {
-    // Record keeping must never compete with managed processes for the CPU: lowest priority.
-    #[cfg(target_os = "linux")]
-    // SAFETY: setpriority on this thread's own id; failure only leaves the default priority.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, 19);
-    }
     while let Ok(first) = jobs.recv() {
         std::thread::sleep(WRITE_BATCH_DELAY);
         let mut batch = vec![first];

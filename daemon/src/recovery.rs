@@ -9,9 +9,7 @@
 //! belongs to another process). Spooled output stays readable.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
-
-use nix::sys::signal::Signal;
+use std::time::{Duration, SystemTime};
 
 use crate::Daemon;
 use crate::output::OutputLog;
@@ -24,8 +22,6 @@ use crate::record::ProcessRecord;
 const RESTORED_RING_BYTES: usize = 262_144;
 /// Grace between SIGTERM and SIGKILL for leftovers.
 const LEFTOVER_GRACE: Duration = Duration::from_millis(500);
-/// How long to wait for leftovers to die after SIGKILL.
-const LEFTOVER_KILL_WAIT: Duration = Duration::from_secs(5);
 
 fn from_unix_ms(ms: i64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
@@ -161,28 +157,9 @@ fn stop_leftovers(leftovers: &[Leftover]) {
     if leftovers.is_empty() {
         return;
     }
-    let scan = |l: &Leftover| tree::find_tree(l.pgid, &l.process_id);
-    for l in leftovers {
-        let members = scan(l);
-        tree::signal_tree(l.pgid, &members, Signal::SIGTERM);
-        tree::signal_tree(l.pgid, &members, Signal::SIGCONT);
-    }
-    let all_gone = || leftovers.iter().all(|l| scan(l).is_empty());
-    let deadline = Instant::now() + LEFTOVER_GRACE;
-    while Instant::now() < deadline && !all_gone() {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    for l in leftovers {
-        let members = scan(l);
-        if !members.is_empty() {
-            tree::signal_tree(l.pgid, &members, Signal::SIGKILL);
-        }
-    }
-    let deadline = Instant::now() + LEFTOVER_KILL_WAIT;
-    while Instant::now() < deadline && !all_gone() {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    if !all_gone() {
-        tracing::error!("some processes of a previous daemon survived SIGKILL");
-    }
+    // One /proc scan per round for all leftovers: after a crash with a thousand processes,
+    // per-process sweeps would delay the new daemon's start by minutes.
+    let groups = leftovers.iter().filter_map(|l| l.pgid).collect();
+    let ids: Vec<String> = leftovers.iter().map(|l| l.process_id.clone()).collect();
+    tree::stop_all(&groups, &ids, LEFTOVER_GRACE);
 }

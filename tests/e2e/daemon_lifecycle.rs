@@ -347,3 +347,38 @@ async fn a_process_directory_without_a_record_is_swept_by_marker_and_listed_lost
     assert_eq!(p.status, pb::ProcessStatus::Lost as i32);
     assert_eq!(p.lost_reason.as_deref(), Some("record_missing"));
 }
+
+#[tokio::test]
+async fn shutting_down_with_hundreds_of_processes_stops_every_one() {
+    // Per-process stops each scanning /proc used to outlast the shutdown budget with many
+    // processes, leaving the rest running unsupervised. The shutdown sweep stops them together.
+    let _heavy = crate::helper::heavy_lock().await;
+    let mut d = TestDaemon::start().await;
+    let c = d.session_with(&[("YIELDSHELL_MAX_PROCESSES", "1000")]);
+    let mut ids = Vec::new();
+    for _ in 0..300 {
+        ids.push(c.spawn_bg("sleep 600").await);
+    }
+    let status = d.terminate().expect("exit status");
+    assert!(status.success(), "daemon exit: {status:?}");
+    let left: Vec<&String> = ids
+        .iter()
+        .filter(|id| !crate::helper::marked_processes(id).is_empty())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "{} processes outlived the daemon: {:?}",
+        left.len(),
+        &left[..left.len().min(5)]
+    );
+    d.spawn().await;
+    let all = d.session().list(pb::Scope::All, true).await;
+    let stopped = all
+        .iter()
+        .filter(|p| p.ended_by.as_deref() == Some("daemon_shutdown"))
+        .count();
+    assert_eq!(
+        stopped, 300,
+        "every process recorded as stopped by the shutdown"
+    );
+}

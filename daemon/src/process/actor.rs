@@ -383,8 +383,9 @@ impl Actor {
                     }
                 }
                 _ = self.ctx.shutdown.cancelled(), if needs_shutdown => {
+                    // The daemon stops every tree at once (`tree::stop_all`, one /proc scan per
+                    // round for all of them); the actor only records how its process ended.
                     self.shutdown_seen = true;
-                    self.begin_stop(Signal::SIGTERM, self.ctx.timing.shutdown_grace, StopReason::Shutdown, None);
                 }
             }
             if self.exit_seen && self.readers_done && self.stop.is_none() && !self.settled() {
@@ -399,7 +400,7 @@ impl Actor {
         // A reaper that vanished cannot happen while the daemon runs; treat it as a kill.
         let how = how.unwrap_or(ExitHow::Signal(Signal::SIGKILL as i32));
         let duration = self.proc.started.elapsed();
-        let natural = self.stop.is_none();
+        let natural = self.stop.is_none() && !self.shutdown_seen;
         self.natural_exit = natural;
         self.update(|s| {
             s.exit = Some(how);
@@ -411,6 +412,19 @@ impl Actor {
         });
         if natural {
             self.drain_until = Some(Instant::now() + self.ctx.timing.drain_grace);
+        } else if self.stop.is_none() {
+            // Ended by the daemon's shutdown sweep.
+            self.update(|s| {
+                s.status = Status::Stopped;
+                s.ended_by = Some(StopReason::Shutdown.ended_by().to_string());
+                s.settled = true;
+                s.descendants = 0;
+            });
+            self.persist();
+            self.stdin_close.cancel();
+            if !self.readers_done {
+                self.reader_cutoff = Some(Instant::now() + READER_CUTOFF);
+            }
         }
     }
 

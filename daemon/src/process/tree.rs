@@ -102,15 +102,6 @@ pub fn is_alive(id: Identity) -> bool {
     identify(id.pid).is_some_and(|now| id.start_time == 0 || now.start_time == id.start_time)
 }
 
-/// Whether `/proc/<pid>/environ` holds `MARKER_VAR=<process_id>`.
-#[cfg(target_os = "linux")]
-fn has_marker(pid: i32, needle: &[u8]) -> bool {
-    match std::fs::read(format!("/proc/{pid}/environ")) {
-        Ok(env) => env.split(|b| *b == 0).any(|entry| entry == needle),
-        Err(_) => false,
-    }
-}
-
 /// The `MARKER_VAR=<id>` entry to look for.
 pub fn marker_entry(process_id: &str) -> Vec<u8> {
     format!("{MARKER_VAR}={process_id}").into_bytes()
@@ -120,10 +111,22 @@ pub fn marker_entry(process_id: &str) -> Vec<u8> {
 /// (Linux) processes of our uid carrying the marker of `process_id`.
 #[cfg(target_os = "linux")]
 pub fn find_tree(leader_pgid: Option<i32>, process_id: &str) -> Vec<Identity> {
+    let groups: std::collections::HashSet<i32> = leader_pgid.into_iter().collect();
+    let markers = std::collections::HashSet::from([marker_entry(process_id)]);
+    find_trees(&groups, &markers)
+}
+
+/// One `/proc` pass for many trees at once: live processes in any of `groups` (as process group
+/// or session) or of our uid carrying any of `markers`. A daemon stopping everything at shutdown
+/// scans once per round instead of once per process.
+#[cfg(target_os = "linux")]
+pub fn find_trees(
+    groups: &std::collections::HashSet<i32>,
+    markers: &std::collections::HashSet<Vec<u8>>,
+) -> Vec<Identity> {
     use std::os::unix::fs::MetadataExt;
     let uid = nix::unistd::getuid().as_raw();
     let me = std::process::id() as i32;
-    let needle = marker_entry(process_id);
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -145,9 +148,12 @@ pub fn find_tree(leader_pgid: Option<i32>, process_id: &str) -> Vec<Identity> {
         if !stat.is_alive() {
             continue;
         }
-        let in_group = leader_pgid.is_some_and(|g| stat.pgrp == g || stat.session == g);
+        let in_group = groups.contains(&stat.pgrp) || groups.contains(&stat.session);
         let member = in_group
-            || (entry.metadata().is_ok_and(|m| m.uid() == uid) && has_marker(pid, &needle));
+            || (!markers.is_empty()
+                && entry.metadata().is_ok_and(|m| m.uid() == uid)
+                && std::fs::read(format!("/proc/{pid}/environ"))
+                    .is_ok_and(|env| env.split(|b| *b == 0).any(|e| markers.contains(e))));
         if member {
             found.push(Identity {
                 pid,
@@ -156,6 +162,92 @@ pub fn find_tree(leader_pgid: Option<i32>, process_id: &str) -> Vec<Identity> {
         }
     }
     found
+}
+
+/// Without `/proc`: the live groups among `groups` (each is signalled as a whole anyway).
+#[cfg(not(target_os = "linux"))]
+pub fn find_trees(
+    groups: &std::collections::HashSet<i32>,
+    _markers: &std::collections::HashSet<Vec<u8>>,
+) -> Vec<Identity> {
+    groups
+        .iter()
+        .filter(|g| killpg(Pid::from_raw(**g), None).is_ok())
+        .map(|g| Identity {
+            pid: *g,
+            start_time: 0,
+        })
+        .collect()
+}
+
+/// Stops many trees together: SIGTERM (and SIGCONT) to every group and marked process, SIGKILL
+/// to whatever is left after `grace`, until nothing is left (bounded). Blocking. This is the
+/// daemon's shutdown: one `/proc` scan per round for all trees, where per-process stops would
+/// each scan `/proc` and, for a thousand processes, outlast any shutdown budget.
+pub fn stop_all(
+    groups: &std::collections::HashSet<i32>,
+    process_ids: &[String],
+    grace: std::time::Duration,
+) {
+    use std::time::{Duration, Instant};
+    let markers: std::collections::HashSet<Vec<u8>> =
+        process_ids.iter().map(|id| marker_entry(id)).collect();
+    let signal_all = |members: &[Identity], sig: Signal| {
+        for g in groups {
+            let _ = killpg(Pid::from_raw(*g), sig);
+        }
+        for m in members {
+            if is_alive(*m) {
+                let _ = kill(Pid::from_raw(m.pid), sig);
+            }
+        }
+    };
+    let groups_alive = || {
+        groups
+            .iter()
+            .any(|g| killpg(Pid::from_raw(*g), None).is_ok())
+    };
+    let mut members = find_trees(groups, &markers);
+    signal_all(&members, Signal::SIGTERM);
+    signal_all(&members, Signal::SIGCONT);
+    let mut escalated = false;
+    let mut deadline = Instant::now() + grace;
+    let mut next_scan = Instant::now() + Duration::from_millis(200);
+    loop {
+        let alive = groups_alive() || members.iter().any(|m| is_alive(*m));
+        if !alive {
+            // One full scan catches anything forked since the last one.
+            members = find_trees(groups, &markers);
+            if members.is_empty() {
+                return;
+            }
+        }
+        let now = Instant::now();
+        if !escalated && now >= deadline {
+            escalated = true;
+            deadline = now + Duration::from_secs(10);
+            members = find_trees(groups, &markers);
+            signal_all(&members, Signal::SIGKILL);
+        } else if escalated && now >= deadline {
+            tracing::error!(
+                left = members.len(),
+                "processes survived SIGKILL at shutdown"
+            );
+            return;
+        } else if now >= next_scan {
+            next_scan = now + Duration::from_millis(200);
+            members = find_trees(groups, &markers);
+            signal_all(
+                &members,
+                if escalated {
+                    Signal::SIGKILL
+                } else {
+                    Signal::SIGTERM
+                },
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Without `/proc`: the group leader if it is alive (the group is signalled as a whole anyway).
