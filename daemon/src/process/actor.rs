@@ -80,6 +80,8 @@ pub struct ActorContext {
     pub store: RecordStore,
     /// Cancelled when the daemon shuts down.
     pub shutdown: CancellationToken,
+    /// The daemon's reaper: tells our own children from adopted orphans.
+    pub reaper: Arc<super::reaper::Reaper>,
 }
 
 /// Starts the readers, the stdin writer and the actor for a spawned process.
@@ -431,13 +433,20 @@ impl Actor {
     /// Counts the descendants still running. Cheap first: an empty process group needs no
     /// /proc scan (the common case of a command that leaves nothing behind) — unless something
     /// outside the group may run: `full` is asked, a pipe is still held open after the drain
-    /// grace, or descendants outside the group were seen before (RELIABILITY F13, F15).
+    /// grace, or descendants outside the group were seen before (RELIABILITY F13, F15). Once the
+    /// group is empty only escapees can remain, and those are looked for under the daemon's
+    /// adopted children (`tree::find_escapees`) rather than by reading every process's environ.
     fn count_descendants(&mut self, full: bool) -> u32 {
         let group_alive = killpg(Pid::from_raw(self.pgid), None).is_ok();
         if !group_alive && !full && self.readers_done && !self.outside_group {
             return 0;
         }
-        let n = tree::find_tree(Some(self.pgid), &self.proc.id).len();
+        let n = if group_alive {
+            tree::find_tree(Some(self.pgid), &self.proc.id).len()
+        } else {
+            let reaper = &self.ctx.reaper;
+            tree::find_escapees(&self.proc.id, |pid| reaper.waits_for(pid)).len()
+        };
         if n > 0 && !group_alive {
             self.outside_group = true;
         }

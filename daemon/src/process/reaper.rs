@@ -79,6 +79,12 @@ impl Reaper {
         Ok((child, rx))
     }
 
+    /// Whether `pid` is a child this reaper waits for (spawned by us and not yet reaped), as
+    /// opposed to an adopted orphan.
+    pub fn waits_for(&self, pid: i32) -> bool {
+        self.lock().contains_key(&pid)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, oneshot::Sender<ExitHow>>> {
         self.waiters.lock().unwrap_or_else(|e| e.into_inner())
     }

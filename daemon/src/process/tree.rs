@@ -116,6 +116,70 @@ pub fn find_tree(leader_pgid: Option<i32>, process_id: &str) -> Vec<Identity> {
     find_trees(&groups, &markers)
 }
 
+/// The final sweep after a process group has emptied: processes carrying the marker of
+/// `process_id` that left the group (a daemonizing double fork, `setsid`).
+///
+/// The daemon is a child subreaper, so once the group is empty every surviving descendant lives
+/// under an *adopted* child of the daemon (the topmost survivor's parent died, so it was reparented
+/// to us). With no adopted children (only children `is_spawned` recognises) there is nothing to
+/// find, and the environ of every process on the machine need not be read: that is the common case,
+/// paid after each command. Otherwise (or when `/proc` cannot tell) this is the full marker scan.
+#[cfg(target_os = "linux")]
+pub fn find_escapees(process_id: &str, is_spawned: impl Fn(i32) -> bool) -> Vec<Identity> {
+    match adopted_children_exist(&is_spawned) {
+        Some(false) => Vec::new(),
+        _ => find_tree(None, process_id),
+    }
+}
+
+/// Whether the daemon has children it did not spawn: from `/proc/self/task/*/children` where the
+/// kernel has it (CONFIG_PROC_CHILDREN), else from the parent pid of every process. `None` when
+/// `/proc` cannot be read.
+#[cfg(target_os = "linux")]
+fn adopted_children_exist(is_spawned: &impl Fn(i32) -> bool) -> Option<bool> {
+    let me = std::process::id() as i32;
+    let mut from_tasks = Some(false);
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        match std::fs::read_to_string(task.path().join("children")) {
+            Ok(list) => {
+                if list
+                    .split_ascii_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok())
+                    .any(|p| !is_spawned(p))
+                {
+                    return Some(true);
+                }
+            }
+            Err(_) => {
+                from_tasks = None;
+                break;
+            }
+        }
+    }
+    if from_tasks.is_some() {
+        return from_tasks;
+    }
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if read_stat(pid).is_some_and(|s| s.ppid == me && s.is_alive()) && !is_spawned(pid) {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
+/// Without `/proc`: nothing outside the group can be found.
+#[cfg(not(target_os = "linux"))]
+pub fn find_escapees(_process_id: &str, _is_spawned: impl Fn(i32) -> bool) -> Vec<Identity> {
+    Vec::new()
+}
+
 /// One `/proc` pass for many trees at once: live processes in any of `groups` (as process group
 /// or session) or of our uid carrying any of `markers`. A daemon stopping everything at shutdown
 /// scans once per round instead of once per process.

@@ -290,6 +290,7 @@ fn start(
         timing: d.config.file.timing(),
         store: d.store.clone(),
         shutdown: d.shutdown.clone(),
+        reaper: d.reaper.clone(),
     };
     let slot = d.running.take(&session.id);
     let (proc, handle) = actor::launch(facts, slot, spawned, output, redactor, timeout, ctx);
