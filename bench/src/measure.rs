@@ -12,6 +12,9 @@ use crate::report;
 use crate::servers::{Bench, Client, Kind, peak_rss, reset_peak, rss};
 use crate::stats::Summary;
 
+/// How long the servers are left alone before an idle memory sample.
+const IDLE_SETTLE: Duration = Duration::from_secs(3);
+
 /// Every figure of one server (or of the floor), by name.
 pub type Figures = BTreeMap<String, Value>;
 
@@ -283,7 +286,9 @@ async fn suite(bench: &Bench, kind: Kind, c: &Counts, big_flood: bool) -> anyhow
     }
     put(&mut f, "timeout_overshoot", Summary::of(&late));
 
-    // Idle memory.
+    // Idle memory: sampled after a quiet spell, as a daemon between tasks sits (YieldShell gives
+    // freed heap back after 1 s without work; the original gets the same wait).
+    tokio::time::sleep(IDLE_SETTLE).await;
     let daemon_pid = if kind == Kind::Ours {
         bench.daemon_pid
     } else {
@@ -388,6 +393,12 @@ async fn suite(bench: &Bench, kind: Kind, c: &Counts, big_flood: bool) -> anyhow
         for s in stops {
             s.await.context("join")??;
         }
+        tokio::time::sleep(IDLE_SETTLE).await;
+        put(
+            &mut f,
+            &format!("rss_after_{n}_mib"),
+            rss(daemon_pid) as f64 / 1048576.0,
+        );
     }
     client.close().await;
 

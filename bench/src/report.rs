@@ -134,6 +134,12 @@ fn rows(r: &BTreeMap<&str, Figures>) -> Vec<Row> {
             None,
             "MiB",
         );
+        plain(
+            &format!("daemon RSS, idle after those {n}"),
+            &format!("rss_after_{n}_mib"),
+            None,
+            "MiB",
+        );
     }
     plain(
         "many clients throughput",

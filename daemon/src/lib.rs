@@ -6,12 +6,13 @@
 //! - [`output`]: the per-process output log (ring + spool);
 //! - [`policy`]: per-session rules and secret redaction;
 //! - [`service`]: the gRPC handlers; [`listener`]: socket, activation, peer check;
-//! - [`session`], [`registry`], [`record`], [`recovery`], [`lock`], [`config`].
+//! - [`session`], [`registry`], [`record`], [`recovery`], [`lock`], [`config`], [`heap`].
 //!
 //! `docs/ARCHITECTURE.md` describes the ownership rules these modules follow.
 
 pub mod config;
 pub mod faults;
+pub mod heap;
 pub mod listener;
 pub mod lock;
 pub mod output;
@@ -106,8 +107,9 @@ impl Daemon {
         std::mem::take(&mut *self.actors.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Removes the oldest ended records beyond the configured number.
+    /// Forgets idle sessions and removes the oldest ended records beyond the configured number.
     fn apply_retention(&self) {
+        self.sessions.expire_idle();
         let keep = self.config.file.max_ended_records();
         let mut ended: Vec<_> = self
             .registry
@@ -209,6 +211,8 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
         })
     };
 
+    let trimmer = tokio::spawn(heap::trim_when_idle(heap::QUIET));
+
     let svc = service::ControlService::new(daemon.clone());
     let grpc = tonic::service::interceptor::InterceptedService::new(
         ControlServer::new(svc)
@@ -273,6 +277,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
     // Never leave a process running unsupervised: whatever still runs now gets SIGKILL.
     sweep(Duration::ZERO).await;
     retention.abort();
+    trimmer.abort();
     if server_result.is_none()
         && tokio::time::timeout(Duration::from_secs(2), &mut server)
             .await

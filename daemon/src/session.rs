@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use yieldshell_proto::errors::ErrorKind;
@@ -18,8 +18,10 @@ use yieldshell_proto::session_config::{bytes_os, os_bytes};
 use crate::policy::redact::Redactor;
 use crate::policy::{Policy, PolicyFloor};
 
-/// Sessions unused for this long are dropped (their clients reopen them if they come back).
-pub const SESSION_IDLE_EXPIRY: Duration = Duration::from_secs(24 * 3600);
+/// Sessions unused for this long are dropped (their clients reopen them if they come back, at the
+/// cost of one round trip). Every `yieldctl` invocation opens a session of its own, so a long
+/// expiry would let a busy terminal pile them up.
+pub const SESSION_IDLE_EXPIRY: Duration = Duration::from_secs(3600);
 
 /// Longest accepted session id.
 const MAX_SESSION_ID: usize = 128;
@@ -35,8 +37,8 @@ pub struct Session {
     pub env: Vec<(OsString, OsString)>,
     /// Where commands run by default (as sent; resolved per exec).
     pub default_cwd: PathBuf,
-    /// Compiled policy.
-    pub policy: Policy,
+    /// Compiled policy, shared by every session that sent the same one.
+    pub policy: Arc<Policy>,
     last_used: Mutex<Instant>,
     redactor: std::sync::OnceLock<Option<Arc<Redactor>>>,
 }
@@ -74,6 +76,9 @@ impl Session {
 #[derive(Debug, Default)]
 pub struct Sessions {
     map: Mutex<HashMap<String, Arc<Session>>>,
+    /// Compiled policies by their encoded source: compiled regexes cost kilobytes, and nearly
+    /// every session of a user sends the same policy.
+    policies: Mutex<HashMap<Vec<u8>, Weak<Policy>>>,
 }
 
 impl Sessions {
@@ -93,7 +98,9 @@ impl Sessions {
                 "session_id must be 1..={MAX_SESSION_ID} characters"
             )));
         }
-        let policy = Policy::compile(&req.policy.unwrap_or_default(), floor).map_err(invalid)?;
+        let policy = self
+            .compiled_policy(&req.policy.unwrap_or_default(), floor)
+            .map_err(invalid)?;
         let session = Arc::new(Session {
             id: req.session_id.clone(),
             client_name: req.client_name,
@@ -113,6 +120,28 @@ impl Sessions {
         Ok(session)
     }
 
+    /// The compiled form of `source`, shared with live sessions that sent the same policy.
+    fn compiled_policy(
+        &self,
+        source: &pb::SessionPolicy,
+        floor: &PolicyFloor,
+    ) -> Result<Arc<Policy>, String> {
+        let key = prost::Message::encode_to_vec(source);
+        let mut cache = self.policies.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(policy) = cache.get(&key).and_then(Weak::upgrade) {
+            return Ok(policy);
+        }
+        let policy = Arc::new(Policy::compile(source, floor)?);
+        cache.retain(|_, p| p.strong_count() > 0);
+        cache.insert(key, Arc::downgrade(&policy));
+        Ok(policy)
+    }
+
+    /// Forgets sessions idle for longer than [`SESSION_IDLE_EXPIRY`].
+    pub fn expire_idle(&self) {
+        self.lock().retain(|_, s| s.idle() < SESSION_IDLE_EXPIRY);
+    }
+
     /// Looks a session up (and marks it used).
     pub fn get(&self, id: &str) -> Result<Arc<Session>, tonic::Status> {
         let session = self.lock().get(id).cloned().ok_or_else(|| {
@@ -127,5 +156,44 @@ impl Sessions {
     /// Number of open sessions.
     pub fn count(&self) -> usize {
         self.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(id: &str, deny: Option<&str>) -> pb::OpenSessionRequest {
+        pb::OpenSessionRequest {
+            session_id: id.into(),
+            policy: Some(pb::SessionPolicy {
+                deny_command_regex: deny.map(str::to_string),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn sessions_share_a_compiled_policy_only_when_they_sent_the_same_one() {
+        let sessions = Sessions::default();
+        let floor = PolicyFloor::default();
+        let a = sessions.open(request("a", Some("rm")), &floor).expect("a");
+        let b = sessions.open(request("b", Some("rm")), &floor).expect("b");
+        let c = sessions
+            .open(request("c", Some("curl")), &floor)
+            .expect("c");
+        assert!(Arc::ptr_eq(&a.policy, &b.policy));
+        assert!(!Arc::ptr_eq(&a.policy, &c.policy));
+        // Each session still enforces exactly the rules it sent.
+        assert!(a.policy.check_command(b"rm -rf x").is_err());
+        assert!(a.policy.check_command(b"curl example.com").is_ok());
+        assert!(c.policy.check_command(b"curl example.com").is_err());
+        assert!(c.policy.check_command(b"rm -rf x").is_ok());
+        // Once no session uses a policy, a new session compiles it afresh.
+        drop((a, b));
+        sessions.lock().clear();
+        let d = sessions.open(request("d", Some("rm")), &floor).expect("d");
+        assert!(d.policy.check_command(b"rm -rf x").is_err());
     }
 }

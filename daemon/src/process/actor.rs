@@ -395,6 +395,7 @@ impl Actor {
             }
         }
         self.stdin_close.cancel();
+        crate::heap::note_activity();
     }
 
     fn on_exit(&mut self, how: Option<ExitHow>) {
