@@ -104,6 +104,12 @@ fn rows(r: &BTreeMap<&str, Figures>) -> Vec<Row> {
         "MB/s",
     );
     plain(
+        "  floor through one more pipe (`| cat`)",
+        "-",
+        Some("flood_hop_mb_s"),
+        "MB/s",
+    );
+    plain(
         "flood 200 MB daemon peak RSS",
         "flood_peak_rss_mib",
         None,
@@ -113,6 +119,12 @@ fn rows(r: &BTreeMap<&str, Figures>) -> Vec<Row> {
         "flood 1 GiB throughput",
         "flood_1g_mb_s",
         Some("flood_1g_mb_s"),
+        "MB/s",
+    );
+    plain(
+        "  floor through one more pipe (`| cat`)",
+        "-",
+        Some("flood_1g_hop_mb_s"),
         "MB/s",
     );
     plain(

@@ -108,8 +108,8 @@ pub fn launch(
         started,
         output: output.clone(),
         state,
-        control: Some(control_tx),
-        stdin: Some(stdin_tx),
+        control: std::sync::Mutex::new(Some(control_tx)),
+        stdin: std::sync::Mutex::new(Some(stdin_tx)),
         running_slot: std::sync::Mutex::new(Some(running_slot)),
     });
 
@@ -395,6 +395,7 @@ impl Actor {
             }
         }
         self.stdin_close.cancel();
+        self.proc.release_channels();
         crate::heap::note_activity();
     }
 

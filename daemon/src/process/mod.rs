@@ -199,8 +199,10 @@ pub struct ManagedProcess {
     /// Output log.
     pub output: Arc<OutputLog>,
     state: watch::Sender<ProcState>,
-    control: Option<mpsc::Sender<Control>>,
-    stdin: Option<mpsc::Sender<StdinWrite>>,
+    // Released when the actor ends: an idle channel still holds its slot block (kilobytes), and
+    // the daemon keeps up to a thousand ended processes.
+    control: std::sync::Mutex<Option<mpsc::Sender<Control>>>,
+    stdin: std::sync::Mutex<Option<mpsc::Sender<StdinWrite>>>,
     running_slot: std::sync::Mutex<Option<crate::registry::RunningSlot>>,
 }
 
@@ -256,8 +258,8 @@ impl ManagedProcess {
             started,
             output,
             state,
-            control: None,
-            stdin: None,
+            control: std::sync::Mutex::new(None),
+            stdin: std::sync::Mutex::new(None),
             running_slot: std::sync::Mutex::new(None),
         }
     }
@@ -270,6 +272,16 @@ impl ManagedProcess {
                 .unwrap_or_else(|e| e.into_inner())
                 .take();
         }
+    }
+
+    /// Drops the channels to the actor, which has ended: later stops and writes see an ended
+    /// process, as they would through a closed channel.
+    pub(crate) fn release_channels(&self) {
+        self.control
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        self.stdin.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 
     /// Current state.
@@ -295,7 +307,11 @@ impl ManagedProcess {
         grace: Duration,
         reason: StopReason,
     ) -> Option<StopOutcome> {
-        let control = self.control.as_ref()?;
+        let control = self
+            .control
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()?;
         let (reply, rx) = oneshot::channel();
         control
             .send(Control::Stop {
@@ -321,7 +337,12 @@ impl ManagedProcess {
                 format!("process {} has ended; its stdin is closed", self.id),
             )
         };
-        let stdin = self.stdin.as_ref().ok_or_else(exited)?;
+        let stdin = self
+            .stdin
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or_else(exited)?;
         let (reply, rx) = oneshot::channel();
         stdin
             .send(StdinWrite { data, eof, reply })
