@@ -171,6 +171,13 @@ async fn s3_symlinks_planted_at_the_socket_state_lock_record_and_process_paths_a
         .await;
     c.ready_pids(&id, 1).await;
     let dir = d.state.join("procs").join(&id);
+    // Plant it once the running record (pid and start time) is on disk: the writer is then idle
+    // until the stop, and the temp name cannot be taken by a write in flight.
+    crate::helper::eventually_blocking("the running record", || {
+        let record: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("record.json")).ok()?).ok()?;
+        record["pid"].is_number().then_some(())
+    });
     std::os::unix::fs::symlink(&victim, dir.join("record.json.tmp")).expect("symlink");
     assert!(c.stop(&id, "TERM", 2_000).await.expect("stop").stopped);
     intact();

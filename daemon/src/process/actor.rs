@@ -502,10 +502,15 @@ impl Actor {
             return;
         }
         let state = self.proc.state();
-        let members = tree::find_tree(Some(self.pgid), &self.proc.id);
+        // The group first: one syscall reaches the shell and everything that stayed in its group
+        // at once, instead of after the /proc scan below (milliseconds on a busy machine). Each
+        // process gets the signal once: the scan then lists only those outside the group.
+        let group = Pid::from_raw(self.pgid);
+        let group_alive = killpg(group, signal).is_ok();
+        let members = tree::find_outside_group(self.pgid, &self.proc.id);
         // "Nothing counted" is not "nothing running": descendants outside the group are found
         // only by the sweep above (RELIABILITY F13, F15), so only an empty sweep ends here.
-        if state.settled && members.is_empty() {
+        if state.settled && !group_alive && members.is_empty() {
             if let Some(r) = reply {
                 let _ = r.send(StopOutcome {
                     stopped: false,
@@ -514,7 +519,7 @@ impl Actor {
             }
             return;
         }
-        tree::signal_tree(Some(self.pgid), &members, signal);
+        tree::signal_tree(None, &members, signal);
         if !matches!(signal, Signal::SIGKILL | Signal::SIGCONT) {
             tree::signal_tree(Some(self.pgid), &members, Signal::SIGCONT);
         }
@@ -561,8 +566,10 @@ impl Actor {
         let group_alive = killpg(Pid::from_raw(pgid), None).is_ok();
         let members_alive = run.members.iter().any(|m| tree::is_alive(*m));
         if exit_seen && !group_alive && !members_alive {
-            // Looks gone: one full rescan catches anything forked since the last one.
-            let rest = tree::find_tree(Some(pgid), &id);
+            // Looks gone: one more look catches anything forked since the last scan (with the
+            // group empty, only escapees can be left, under the daemon's adopted children).
+            let reaper = &self.ctx.reaper;
+            let rest = tree::find_escapees(&id, |pid| reaper.waits_for(pid));
             if rest.is_empty() {
                 return self.finish_stop(true);
             }

@@ -188,6 +188,33 @@ pub fn find_trees(
     groups: &std::collections::HashSet<i32>,
     markers: &std::collections::HashSet<Vec<u8>>,
 ) -> Vec<Identity> {
+    scan(groups, markers, true)
+}
+
+/// The processes carrying the marker of `process_id` that are *not* in the process group or
+/// session `leader_pgid`: what `killpg` misses. A stop signals the group first (one syscall,
+/// no waiting) and these after the scan.
+#[cfg(target_os = "linux")]
+pub fn find_outside_group(leader_pgid: i32, process_id: &str) -> Vec<Identity> {
+    let groups = std::collections::HashSet::from([leader_pgid]);
+    let markers = std::collections::HashSet::from([marker_entry(process_id)]);
+    scan(&groups, &markers, false)
+}
+
+/// Without `/proc`: nothing outside the group can be found.
+#[cfg(not(target_os = "linux"))]
+pub fn find_outside_group(_leader_pgid: i32, _process_id: &str) -> Vec<Identity> {
+    Vec::new()
+}
+
+/// One pass over `/proc`: members of `groups` (listed only with `with_groups`) and processes of
+/// our uid carrying one of `markers`.
+#[cfg(target_os = "linux")]
+fn scan(
+    groups: &std::collections::HashSet<i32>,
+    markers: &std::collections::HashSet<Vec<u8>>,
+    with_groups: bool,
+) -> Vec<Identity> {
     use std::os::unix::fs::MetadataExt;
     let uid = nix::unistd::getuid().as_raw();
     let me = std::process::id() as i32;
@@ -213,6 +240,9 @@ pub fn find_trees(
             continue;
         }
         let in_group = groups.contains(&stat.pgrp) || groups.contains(&stat.session);
+        if in_group && !with_groups {
+            continue;
+        }
         let member = in_group
             || (!markers.is_empty()
                 && entry.metadata().is_ok_and(|m| m.uid() == uid)
