@@ -111,18 +111,24 @@ async fn timed<T>(
     Ok((t.elapsed(), v))
 }
 
+/// One floor sample: `/bin/sh -c true` spawned and waited for by this process.
+fn sh_spawn() -> anyhow::Result<Duration> {
+    let t = Instant::now();
+    let status = std::process::Command::new("/bin/sh")
+        .args(["-c", "true"])
+        .status()?;
+    let took = t.elapsed();
+    if !status.success() {
+        bail!("sh -c true failed");
+    }
+    Ok(took)
+}
+
 async fn floor(bench: &Bench, c: &Counts) -> anyhow::Result<Figures> {
     let mut f = Figures::new();
     let mut spawns = Vec::new();
     for _ in 0..c.round_trips {
-        let t = Instant::now();
-        let status = std::process::Command::new("/bin/sh")
-            .args(["-c", "true"])
-            .status()?;
-        spawns.push(t.elapsed());
-        if !status.success() {
-            bail!("sh -c true failed");
-        }
+        spawns.push(sh_spawn()?);
     }
     put(&mut f, "sh_spawn", Summary::of(&spawns));
     for (key, bytes) in [("flood", c.flood_bytes), ("flood_1g", c.big_flood_bytes)] {
@@ -255,11 +261,7 @@ async fn suite(bench: &Bench, kind: Kind, c: &Counts, big_flood: bool) -> anyhow
         let mut samples = Vec::new();
         let mut floor = Vec::new();
         for _ in 0..c.round_trips {
-            let t = Instant::now();
-            std::process::Command::new("/bin/sh")
-                .args(["-c", "true"])
-                .status()?;
-            floor.push(t.elapsed());
+            floor.push(sh_spawn()?);
             let (took, _) = timed(exec_done(&client, d, cmd)).await?;
             samples.push(took);
         }
@@ -473,11 +475,7 @@ async fn interleaved_exec(
     }
     let (mut floor, mut a, mut b) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..c.round_trips {
-        let t = Instant::now();
-        std::process::Command::new("/bin/sh")
-            .args(["-c", "true"])
-            .status()?;
-        floor.push(t.elapsed());
+        floor.push(sh_spawn()?);
         a.push(timed(exec_done(&ours, d_ours, "true")).await?.0);
         b.push(timed(exec_done(&original, d_orig, "true")).await?.0);
     }

@@ -160,11 +160,7 @@ fn adopted_children_exist(is_spawned: &impl Fn(i32) -> bool) -> Option<bool> {
         return from_tasks;
     }
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
+        let Some(pid) = pid_entry(&entry) else {
             continue;
         };
         if read_stat(pid).is_some_and(|s| s.ppid == me && s.is_alive()) && !is_spawned(pid) {
@@ -172,6 +168,12 @@ fn adopted_children_exist(is_spawned: &impl Fn(i32) -> bool) -> Option<bool> {
         }
     }
     Some(false)
+}
+
+/// The pid a `/proc` entry stands for (`None` for `self`, `sys`, …).
+#[cfg(target_os = "linux")]
+fn pid_entry(entry: &std::fs::DirEntry) -> Option<i32> {
+    entry.file_name().to_str()?.parse().ok()
 }
 
 /// Without `/proc`: nothing outside the group can be found.
@@ -223,11 +225,7 @@ fn scan(
     };
     let mut found = Vec::new();
     for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
+        let Some(pid) = pid_entry(&entry) else {
             continue;
         };
         if pid == me {
