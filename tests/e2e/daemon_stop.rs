@@ -111,3 +111,46 @@ async fn stop_after_the_shell_exited_still_takes_down_its_descendants() {
     );
     assert_eq!(p.descendants_running, 0);
 }
+
+/// A stop's rescans (every 100 ms, for new forks) must not signal again what they already
+/// signalled: to many programs a second SIGTERM means "give up the graceful shutdown".
+#[tokio::test]
+async fn a_graceful_process_gets_sigterm_once_however_long_it_takes() {
+    let d = TestDaemon::start().await;
+    let c = d.session();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gate = dir.path().join("gate");
+    // The shell counts the SIGTERMs it gets and keeps working (forking a `sleep` per round, so
+    // every rescan finds something new) until the test opens the gate.
+    let id = c
+        .spawn_bg(&format!(
+            "n=0; trap 'n=$((n+1)); echo term $n' TERM; echo ready; \
+             while [ ! -e '{}' ]; do sleep 0.05; echo tick; done; echo done $n",
+            gate.display()
+        ))
+        .await;
+    let output = || async {
+        let r = c.read_since(&id, 1, 1 << 20).await;
+        String::from_utf8_lossy(&r.output.expect("output").stdout).into_owned()
+    };
+    crate::helper::eventually("the trap to be set", || async {
+        output().await.contains("ready").then_some(())
+    })
+    .await;
+    let (stopped, ()) = tokio::join!(c.stop(&id, "TERM", 60_000), async {
+        // Five rounds after the signal span several 100 ms rescans.
+        crate::helper::eventually("rounds after the SIGTERM", || async {
+            let text = output().await;
+            let after = text.split_once("term 1")?.1;
+            (after.matches("tick").count() >= 5).then_some(())
+        })
+        .await;
+        std::fs::write(&gate, b"").expect("gate");
+    });
+    let r = stopped.expect("stop");
+    assert!(r.stopped, "{}", r.error);
+    assert!(!r.escalated, "a cooperative process needs no SIGKILL");
+    let text = output().await;
+    assert_eq!(text.matches("term ").count(), 1, "{text}");
+    assert!(text.contains("done 1"), "{text}");
+}

@@ -254,6 +254,9 @@ struct StopRun {
     escalated: bool,
     give_up_at: Option<Instant>,
     members: Vec<Identity>,
+    /// Every process that got `signal` already: a rescan signals only new forks, because a
+    /// second SIGTERM means "force" to many programs.
+    signalled: std::collections::HashSet<Identity>,
     next_tick: Instant,
     next_rescan: Instant,
     waiters: Vec<oneshot::Sender<StopOutcome>>,
@@ -504,10 +507,10 @@ impl Actor {
         let state = self.proc.state();
         // The group first: one syscall reaches the shell and everything that stayed in its group
         // at once, instead of after the /proc scan below (milliseconds on a busy machine). Each
-        // process gets the signal once: the scan then lists only those outside the group.
+        // process gets the signal once: only those outside the group are signalled one by one.
         let group = Pid::from_raw(self.pgid);
         let group_alive = killpg(group, signal).is_ok();
-        let members = tree::find_outside_group(self.pgid, &self.proc.id);
+        let (in_group, members) = tree::split_tree(self.pgid, &self.proc.id);
         // "Nothing counted" is not "nothing running": descendants outside the group are found
         // only by the sweep above (RELIABILITY F13, F15), so only an empty sweep ends here.
         if state.settled && !group_alive && members.is_empty() {
@@ -525,6 +528,7 @@ impl Actor {
         }
         let now = Instant::now();
         tracing::debug!(process_id = %self.proc.id, ?signal, ?reason, members = members.len(), "stopping");
+        let signalled = in_group.iter().chain(&members).copied().collect();
         self.stop = Some(StopRun {
             signal,
             reason,
@@ -532,6 +536,7 @@ impl Actor {
             escalated: signal == Signal::SIGKILL,
             give_up_at: (signal == Signal::SIGKILL).then(|| now + KILL_GIVE_UP),
             members,
+            signalled,
             next_tick: now + STOP_POLL,
             next_rescan: now + STOP_RESCAN,
             waiters: reply.into_iter().collect(),
@@ -560,7 +565,21 @@ impl Actor {
             run.next_rescan = now + STOP_RESCAN;
         } else if now >= run.next_rescan {
             run.members = tree::find_tree(Some(pgid), &id);
-            tree::signal_tree(Some(pgid), &run.members, current);
+            if current == Signal::SIGKILL {
+                tree::signal_tree(Some(pgid), &run.members, current);
+            } else {
+                let fresh: Vec<Identity> = run
+                    .members
+                    .iter()
+                    .filter(|m| !run.signalled.contains(m))
+                    .copied()
+                    .collect();
+                tree::signal_tree(None, &fresh, current);
+                if current != Signal::SIGCONT {
+                    tree::signal_tree(None, &fresh, Signal::SIGCONT);
+                }
+                run.signalled.extend(fresh);
+            }
             run.next_rescan = now + STOP_RESCAN;
         }
         let group_alive = killpg(Pid::from_raw(pgid), None).is_ok();
@@ -573,7 +592,13 @@ impl Actor {
             if rest.is_empty() {
                 return self.finish_stop(true);
             }
-            tree::signal_tree(None, &rest, current);
+            let fresh: Vec<Identity> = rest
+                .iter()
+                .filter(|m| current == Signal::SIGKILL || !run.signalled.contains(m))
+                .copied()
+                .collect();
+            tree::signal_tree(None, &fresh, current);
+            run.signalled.extend(fresh);
             run.members = rest;
         }
         if let Some(give_up) = run.give_up_at

@@ -190,33 +190,42 @@ pub fn find_trees(
     groups: &std::collections::HashSet<i32>,
     markers: &std::collections::HashSet<Vec<u8>>,
 ) -> Vec<Identity> {
-    scan(groups, markers, true)
+    scan(groups, markers)
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect()
 }
 
-/// The processes carrying the marker of `process_id` that are *not* in the process group or
-/// session `leader_pgid`: what `killpg` misses. A stop signals the group first (one syscall,
-/// no waiting) and these after the scan.
+/// The whole tree split in two: members of the process group or session `leader_pgid` (which
+/// `killpg` reaches), and the processes carrying the marker of `process_id` outside it. A stop
+/// signals the group first (one syscall, no waiting), then the outsiders after the scan, and
+/// remembers both so nobody gets the same signal twice.
 #[cfg(target_os = "linux")]
-pub fn find_outside_group(leader_pgid: i32, process_id: &str) -> Vec<Identity> {
+pub fn split_tree(leader_pgid: i32, process_id: &str) -> (Vec<Identity>, Vec<Identity>) {
     let groups = std::collections::HashSet::from([leader_pgid]);
     let markers = std::collections::HashSet::from([marker_entry(process_id)]);
-    scan(&groups, &markers, false)
+    let (inside, outside): (Vec<_>, Vec<_>) = scan(&groups, &markers)
+        .into_iter()
+        .partition(|(_, in_group)| *in_group);
+    (
+        inside.into_iter().map(|(id, _)| id).collect(),
+        outside.into_iter().map(|(id, _)| id).collect(),
+    )
 }
 
-/// Without `/proc`: nothing outside the group can be found.
+/// Without `/proc`: the group leader if alive; nothing outside the group can be found.
 #[cfg(not(target_os = "linux"))]
-pub fn find_outside_group(_leader_pgid: i32, _process_id: &str) -> Vec<Identity> {
-    Vec::new()
+pub fn split_tree(leader_pgid: i32, process_id: &str) -> (Vec<Identity>, Vec<Identity>) {
+    (find_tree(Some(leader_pgid), process_id), Vec::new())
 }
 
-/// One pass over `/proc`: members of `groups` (listed only with `with_groups`) and processes of
-/// our uid carrying one of `markers`.
+/// One pass over `/proc`: members of `groups` (flagged `true`) and processes of our uid carrying
+/// one of `markers`.
 #[cfg(target_os = "linux")]
 fn scan(
     groups: &std::collections::HashSet<i32>,
     markers: &std::collections::HashSet<Vec<u8>>,
-    with_groups: bool,
-) -> Vec<Identity> {
+) -> Vec<(Identity, bool)> {
     use std::os::unix::fs::MetadataExt;
     let uid = nix::unistd::getuid().as_raw();
     let me = std::process::id() as i32;
@@ -238,19 +247,17 @@ fn scan(
             continue;
         }
         let in_group = groups.contains(&stat.pgrp) || groups.contains(&stat.session);
-        if in_group && !with_groups {
-            continue;
-        }
         let member = in_group
             || (!markers.is_empty()
                 && entry.metadata().is_ok_and(|m| m.uid() == uid)
                 && std::fs::read(format!("/proc/{pid}/environ"))
                     .is_ok_and(|env| env.split(|b| *b == 0).any(|e| markers.contains(e))));
         if member {
-            found.push(Identity {
+            let id = Identity {
                 pid,
                 start_time: stat.start_time,
-            });
+            };
+            found.push((id, in_group));
         }
     }
     found
