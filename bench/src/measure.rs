@@ -111,6 +111,11 @@ async fn timed<T>(
     Ok((t.elapsed(), v))
 }
 
+/// Throughput of moving `bytes` in the median of `times`.
+fn mb_per_s(bytes: u64, times: &[Duration]) -> f64 {
+    bytes as f64 / 1e6 / (Summary::of(times).p50_ms / 1000.0)
+}
+
 /// One floor sample: `/bin/sh -c true` spawned and waited for by this process.
 fn sh_spawn() -> anyhow::Result<Duration> {
     let t = Instant::now();
@@ -141,19 +146,18 @@ async fn floor(bench: &Bench, c: &Counts) -> anyhow::Result<Figures> {
         let runs = if key == "flood" { 3 } else { 1 };
         for (suffix, sink) in [("", ""), ("_hop", " | cat")] {
             let cmd = format!("head -c {bytes} /dev/zero | tr '\\0' x{sink} > /dev/null");
-            let mut rates = Vec::new();
+            let mut times = Vec::new();
             for _ in 0..runs {
                 let t = Instant::now();
                 std::process::Command::new("/bin/sh")
                     .args(["-c", &cmd])
                     .status()?;
-                rates.push(bytes as f64 / 1e6 / t.elapsed().as_secs_f64());
+                times.push(t.elapsed());
             }
-            rates.sort_by(f64::total_cmp);
             put(
                 &mut f,
                 &format!("{key}{suffix}_mb_s"),
-                rates[rates.len() / 2],
+                mb_per_s(bytes, &times),
             );
         }
     }
@@ -335,7 +339,7 @@ async fn suite(bench: &Bench, kind: Kind, c: &Counts, big_flood: bool) -> anyhow
         if bytes == 0 || (key == "flood_1g" && !big_flood) {
             continue;
         }
-        let mut rates = Vec::new();
+        let mut times = Vec::new();
         let mut peak = 0;
         for _ in 0..runs {
             reset_peak(daemon_pid);
@@ -346,11 +350,10 @@ async fn suite(bench: &Bench, kind: Kind, c: &Counts, big_flood: bool) -> anyhow
             if b["status"] != "completed" {
                 wait_exit(&client, d, &b[d.id]).await?;
             }
-            rates.push(bytes as f64 / 1e6 / t.elapsed().as_secs_f64());
+            times.push(t.elapsed());
             peak = peak.max(peak_rss(daemon_pid).max(before));
         }
-        rates.sort_by(f64::total_cmp);
-        put(&mut f, &format!("{key}_mb_s"), rates[rates.len() / 2]);
+        put(&mut f, &format!("{key}_mb_s"), mb_per_s(bytes, &times));
         put(
             &mut f,
             &format!("{key}_peak_rss_mib"),

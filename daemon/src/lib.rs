@@ -85,10 +85,12 @@ impl Daemon {
                 return;
             }
             tracing::error!(process_id = %proc.id, "the process's supervisor panicked; killing its tree");
-            let pgid = proc.state().identity.map(|i| i.pid);
-            let id = proc.id.clone();
-            let _ =
-                tokio::task::spawn_blocking(move || process::tree::kill_tree_now(pgid, &id)).await;
+            let groups = proc.state().identity.map(|i| i.pid).into_iter().collect();
+            let ids = [proc.id.clone()];
+            let _ = tokio::task::spawn_blocking(move || {
+                process::tree::stop_all(&groups, &ids, Duration::ZERO);
+            })
+            .await;
             proc.mark_supervisor_lost();
             store.save(&proc.record());
         });

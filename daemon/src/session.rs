@@ -114,9 +114,8 @@ impl Sessions {
             last_used: Mutex::new(Instant::now()),
             redactor: std::sync::OnceLock::new(),
         });
-        let mut map = self.lock();
-        map.retain(|_, s| s.idle() < SESSION_IDLE_EXPIRY);
-        map.insert(req.session_id, session.clone());
+        self.expire_idle();
+        self.lock().insert(req.session_id, session.clone());
         Ok(session)
     }
 

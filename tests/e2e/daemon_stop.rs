@@ -5,24 +5,7 @@ use std::time::{Duration, Instant};
 use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::pb;
 
-use crate::helper::{Pid, TestDaemon, testbin};
-
-fn zombies_of(parent: i32) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-                let rest = &s[s.rfind(')').map_or(0, |i| i + 1)..];
-                let mut f = rest.split_whitespace();
-                let state = f.next().unwrap_or("");
-                let ppid: i32 = f.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-                state == "Z" && ppid == parent
-            })
-        })
-        .collect()
-}
+use crate::helper::{Pid, TestDaemon, testbin, zombies_of};
 
 #[tokio::test]
 async fn stop_takes_down_a_term_ignoring_grandchild_and_a_setsid_grandchild() {

@@ -262,6 +262,21 @@ struct StopRun {
     waiters: Vec<oneshot::Sender<StopOutcome>>,
 }
 
+impl StopRun {
+    /// Sends `signal` to those of `found` that have not had it yet (a second SIGTERM means
+    /// "force" to many programs) and returns them.
+    fn signal_fresh(&mut self, found: &[Identity], signal: Signal) -> Vec<Identity> {
+        let fresh: Vec<Identity> = found
+            .iter()
+            .filter(|m| !self.signalled.contains(m))
+            .copied()
+            .collect();
+        tree::signal_tree(None, &fresh, signal);
+        self.signalled.extend(fresh.iter().copied());
+        fresh
+    }
+}
+
 struct Actor {
     proc: Arc<ManagedProcess>,
     pgid: i32,
@@ -568,17 +583,12 @@ impl Actor {
             if current == Signal::SIGKILL {
                 tree::signal_tree(Some(pgid), &run.members, current);
             } else {
-                let fresh: Vec<Identity> = run
-                    .members
-                    .iter()
-                    .filter(|m| !run.signalled.contains(m))
-                    .copied()
-                    .collect();
-                tree::signal_tree(None, &fresh, current);
+                let found = std::mem::take(&mut run.members);
+                let fresh = run.signal_fresh(&found, current);
                 if current != Signal::SIGCONT {
                     tree::signal_tree(None, &fresh, Signal::SIGCONT);
                 }
-                run.signalled.extend(fresh);
+                run.members = found;
             }
             run.next_rescan = now + STOP_RESCAN;
         }
@@ -592,13 +602,11 @@ impl Actor {
             if rest.is_empty() {
                 return self.finish_stop(true);
             }
-            let fresh: Vec<Identity> = rest
-                .iter()
-                .filter(|m| current == Signal::SIGKILL || !run.signalled.contains(m))
-                .copied()
-                .collect();
-            tree::signal_tree(None, &fresh, current);
-            run.signalled.extend(fresh);
+            if current == Signal::SIGKILL {
+                tree::signal_tree(None, &rest, current);
+            } else {
+                run.signal_fresh(&rest, current);
+            }
             run.members = rest;
         }
         if let Some(give_up) = run.give_up_at

@@ -281,8 +281,9 @@ pub fn find_trees(
 
 /// Stops many trees together: SIGTERM (and SIGCONT) to every group and marked process, SIGKILL
 /// to whatever is left after `grace`, until nothing is left (bounded). Blocking. This is the
-/// daemon's shutdown: one `/proc` scan per round for all trees, where per-process stops would
-/// each scan `/proc` and, for a thousand processes, outlast any shutdown budget.
+/// daemon's shutdown (one `/proc` scan per round for all trees, where per-process stops would
+/// each scan `/proc` and, for a thousand processes, outlast any shutdown budget), and with no
+/// grace the emergency kill of a tree whose actor is gone (its supervisor panicked).
 pub fn stop_all(
     groups: &std::collections::HashSet<i32>,
     process_ids: &[String],
@@ -371,25 +372,6 @@ pub fn signal_tree(leader_pgid: Option<i32>, members: &[Identity], signal: Signa
         if is_alive(*m) {
             let _ = kill(Pid::from_raw(m.pid), signal);
         }
-    }
-}
-
-/// SIGKILLs a whole tree and waits (bounded) until it is gone. Blocking: for emergencies where
-/// no actor is left to do a graceful stop (its supervisor panicked).
-pub fn kill_tree_now(leader_pgid: Option<i32>, process_id: &str) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let members = find_tree(leader_pgid, process_id);
-        let group_alive = leader_pgid.is_some_and(|g| killpg(Pid::from_raw(g), None).is_ok());
-        if members.is_empty() && !group_alive {
-            return;
-        }
-        signal_tree(leader_pgid, &members, Signal::SIGKILL);
-        if std::time::Instant::now() > deadline {
-            tracing::error!(process_id, "processes survived SIGKILL");
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
 
