@@ -1,0 +1,33 @@
+//! Test fixtures: a real `yieldshelld` in a temp dir, a control-plane client, `yieldctl` runs,
+//! process-identity checks, load sizing and latency summaries.
+//! Waits poll against one generous [`TIMEOUT`]; nothing sleeps and hopes.
+//!
+//! Every name is re-exported here, so test modules say `helper::name` whichever file holds it.
+
+#![allow(dead_code)] // each test module uses a different subset
+
+mod binaries;
+mod client;
+mod fixture;
+mod load;
+mod poll;
+mod procfs;
+mod stats;
+
+// Each test module uses a different subset of these, as of the items themselves (above).
+#[allow(unused_imports)]
+pub use binaries::{bin, json, run, testbin};
+#[allow(unused_imports)]
+pub use client::{Client, exec_req};
+#[allow(unused_imports)]
+pub use fixture::TestDaemon;
+#[allow(unused_imports)]
+pub use load::{heavy, heavy_lock, size};
+#[allow(unused_imports)]
+pub use poll::{TIMEOUT, eventually, eventually_blocking};
+#[allow(unused_imports)]
+pub use procfs::{
+    Pid, assert_no_zombies, daemon_pids_for, fd_count, marked_processes, rss_kib, zombies_of,
+};
+#[allow(unused_imports)]
+pub use stats::Latencies;
