@@ -7,7 +7,8 @@ use std::process::Stdio;
 use yieldshell_proto::pb;
 
 use crate::helper::{
-    Pid, TestDaemon, bin, daemon_pids_for, eventually_blocking, json, run, testbin,
+    Pid, TestDaemon, bin, daemon_pids_for, eventually_blocking, json, require_root, require_tool,
+    run, testbin,
 };
 
 #[tokio::test]
@@ -64,15 +65,8 @@ async fn a_second_daemon_on_the_same_state_or_socket_exits_and_leaves_the_first_
 
 #[tokio::test]
 async fn another_user_is_refused() {
-    if !nix::unistd::geteuid().is_root()
-        || std::process::Command::new("setpriv")
-            .arg("--version")
-            .output()
-            .is_err()
-    {
-        eprintln!("SKIPPED: needs root and setpriv to run a client as another uid");
-        return;
-    }
+    require_root("run a client as another uid (uid 65534, through setpriv)");
+    let setpriv = require_tool("setpriv", "util-linux");
     let d = TestDaemon::start().await;
     // A copy of yieldctl that uid 65534 may execute.
     let pub_dir = tempfile::Builder::new()
@@ -84,7 +78,7 @@ async fn another_user_is_refused() {
     let ctl = pub_dir.path().join("yieldctl");
     std::fs::copy(bin("yieldctl"), &ctl).expect("copy");
     let as_nobody = |socket: &std::path::Path| {
-        let mut c = std::process::Command::new("setpriv");
+        let mut c = std::process::Command::new(&setpriv);
         c.args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
             .arg(&ctl)
             .args(["--json", "ps"])

@@ -9,7 +9,9 @@ use std::time::Instant;
 
 use yieldshell_proto::pb;
 
-use crate::helper::{TIMEOUT, TestDaemon, bin, eventually, eventually_blocking, exec_req, testbin};
+use crate::helper::{
+    TIMEOUT, TestDaemon, bin, eventually, eventually_blocking, exec_req, require_root, testbin,
+};
 
 /// Runs `yieldshelld` on `socket`/`state` until it exits; returns (success, stderr).
 fn daemon_exits(socket: &std::path::Path, state: &std::path::Path) -> (bool, String) {
@@ -88,21 +90,23 @@ async fn s1_the_socket_is_private_from_the_instant_it_appears() {
         );
         let _ = child.wait();
     }
-    // A pre-existing directory of another owner is refused (needs root to arrange).
-    if nix::unistd::geteuid().is_root() {
-        let d = TestDaemon::unstarted();
-        let run = d.socket.parent().expect("dir");
-        std::fs::create_dir(run).expect("mkdir");
-        std::fs::set_permissions(run, std::fs::Permissions::from_mode(0o700)).expect("chmod");
-        nix::unistd::chown(run, Some(65534.into()), Some(65534.into())).expect("chown");
-        let (ok, err) = daemon_exits(&d.socket, &d.state);
-        assert!(
-            !ok && err.contains("unsafe permissions") && err.contains("65534"),
-            "{err}"
-        );
-    } else {
-        println!("S1: not root; the foreign-owner case is skipped");
-    }
+}
+
+/// S1's other half: a pre-existing socket directory of another owner is refused, even with
+/// mode 0700 (arranging a directory owned by another uid needs root).
+#[test]
+fn s1_a_socket_directory_owned_by_another_user_is_refused() {
+    require_root("create a socket directory owned by another uid (65534)");
+    let d = TestDaemon::unstarted();
+    let run = d.socket.parent().expect("dir");
+    std::fs::create_dir(run).expect("mkdir");
+    std::fs::set_permissions(run, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    nix::unistd::chown(run, Some(65534.into()), Some(65534.into())).expect("chown");
+    let (ok, err) = daemon_exits(&d.socket, &d.state);
+    assert!(
+        !ok && err.contains("unsafe permissions") && err.contains("65534"),
+        "{err}"
+    );
 }
 
 #[tokio::test]

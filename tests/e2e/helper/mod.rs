@@ -1,5 +1,5 @@
 //! Test fixtures: a real `yieldshelld` in a temp dir, a control-plane client, `yieldctl` runs,
-//! process-identity checks, load sizing and latency summaries.
+//! process-identity checks, load sizing, latency summaries and the system tools some tests need.
 //! Waits poll against one generous [`TIMEOUT`]; nothing sleeps and hopes.
 //!
 //! Every name is re-exported here, so test modules say `helper::name` whichever file holds it.
@@ -11,6 +11,7 @@ mod client;
 mod fixture;
 mod load;
 mod poll;
+mod prerequisites;
 mod procfs;
 mod stats;
 
@@ -25,6 +26,8 @@ pub use fixture::TestDaemon;
 pub use load::{heavy, heavy_lock, size};
 #[allow(unused_imports)]
 pub use poll::{TIMEOUT, eventually, eventually_blocking};
+#[allow(unused_imports)]
+pub use prerequisites::{require_root, require_tool};
 #[allow(unused_imports)]
 pub use procfs::{
     Pid, assert_no_zombies, daemon_pids_for, fd_count, marked_processes, rss_kib, zombies_of,
