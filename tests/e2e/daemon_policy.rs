@@ -2,7 +2,7 @@
 
 use yieldshell_proto::pb;
 
-use crate::helper::{Client, TestDaemon, exec_req, testbin};
+use crate::helper::{Client, TestDaemon, eventually, exec_req, testbin};
 
 async fn refused(c: &Client, req: pb::ExecRequest) -> (String, String) {
     let r = c
@@ -189,13 +189,24 @@ async fn secrets_are_redacted_even_when_split_across_reads() {
     let d = TestDaemon::start().await;
     let secret = "s3cr3t-token-value-0123456789";
     let c = d.session_with(&[("MY_API_TOKEN", secret)]);
-    // Print the secret in two writes with a pause, so it spans two pipe reads.
+    // Print the secret in two writes, the second only after the daemon has read the first, so
+    // it certainly spans two pipe reads: the redactor then releases "before " and holds back
+    // the possible start of a secret, and the gate opens once a read shows exactly that.
+    let gate = d.dir.path().join("gate");
+    std::fs::write(&gate, b"").expect("gate");
     let cmd = format!(
-        "printf 'before s3cr3t-token-'; sleep 0.3; printf 'value-0123456789 after\\n'; echo $MY_API_TOKEN >&2; {} env MY_API_TOKEN",
+        "printf 'before s3cr3t-token-'; while [ -e {} ]; do sleep 0.01; done; printf 'value-0123456789 after\\n'; echo $MY_API_TOKEN >&2; {} env MY_API_TOKEN",
+        gate.display(),
         testbin()
     );
-    let r = c.exec(&cmd).await;
-    let id = r.process.expect("process").process_id;
+    let id = c.spawn_bg(&cmd).await;
+    eventually("the daemon to read the first half", || async {
+        let (out, _) = c.read_all(&id, 1 << 20).await;
+        (out == b"before ").then_some(())
+    })
+    .await;
+    std::fs::remove_file(&gate).expect("open the gate");
+    c.wait_exit(&id).await;
     let (out, err) = c.read_all(&id, 1 << 20).await;
     let out = String::from_utf8(out).expect("utf8");
     let err = String::from_utf8(err).expect("utf8");
