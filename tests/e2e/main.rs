@@ -19,4 +19,5 @@ mod reliability_faults;
 mod reliability_input;
 mod reliability_load;
 mod reliability_security;
+mod reliability_spool;
 mod shim;

@@ -4,15 +4,22 @@
 //! # Theory of operation
 //! - **Writers.** Only the process's pipe readers append (through [`OutputLog::append`]), after
 //!   redaction, so the ring and the spool never hold a secret the session asked to hide. An append
-//!   takes the log's mutex for a memcpy and a page-cache write; it never waits on a reader, so a
-//!   slow or stalled client can never block the process.
+//!   takes the log's mutex for a memcpy into the ring and the spool buffer; it never waits on a
+//!   reader, so a slow or stalled client can never block the process. When the spool buffer is
+//!   due (full, old, or about to leave the ring), the batch is written to disk *after* the log's
+//!   mutex is released, under the spool files' own mutex (taken first, so batches reach the disk
+//!   in order and a reader of the disk waits for the batch in flight): readers of the ring never
+//!   wait for the disk.
 //! - **Sequence numbers.** Byte `n` of the interleaved log has `seq == n`, starting at 1. A read
 //!   returns `next_seq` right after the last byte it returned, so following `next_seq` returns
 //!   every byte exactly once, whatever the page size.
 //! - **Readers** pull with cursors ([`OutputLog::read`]) and wait for news on a `watch` channel
 //!   that carries the end position; there are no per-reader queues, so a reader costs a cursor.
 //!   Reads that fall behind the ring are told (`truncated`, or a gap in `follow`), and may be
-//!   served from the spool instead.
+//!   served from the spool instead. Every read walks one sequence of [`Piece`]s — bytes from the
+//!   spool while the cursor is older than the ring, then from the ring, with a gap wherever bytes
+//!   are retained nowhere (evicted, past the spool cap, or never written because the disk was
+//!   full) — so no read path can skip bytes silently.
 //! - **Closing.** When both pipes reach EOF (or the daemon gives up draining them), the log is
 //!   closed; `follow` ends there.
 //! - The mutex is a `std` mutex held only for short, non-blocking sections and never across an
@@ -21,13 +28,14 @@
 pub(crate) mod ring;
 pub(crate) mod spool;
 
-use std::path::Path;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use tokio::sync::watch;
 
 use ring::Ring;
-use spool::{Spool, SpoolReader};
+use spool::{SpoolBuffer, SpoolFiles, SpoolPiece, SpoolReader};
 
 /// A run of bytes from one stream: its first sequence number, the stream, the bytes.
 pub type Run = (u64, Stream, Vec<u8>);
@@ -172,16 +180,27 @@ struct LogInner {
     next_seq: u64,
     stdout: StreamTotals,
     stderr: StreamTotals,
-    spool: Option<Spool>,
+    /// Bytes on their way to the spool (`None`: no spool for this process).
+    spool: Option<SpoolBuffer>,
     closed: bool,
+}
+
+/// One step of a forward walk over the log (see [`OutputLog::walk`]).
+enum Piece<'a> {
+    /// Bytes of one stream from a sequence number on.
+    Bytes(u64, Stream, &'a [u8]),
+    /// Bytes `[from, to)` are retained nowhere.
+    Gap(u64, u64),
 }
 
 /// The output of one process. Shared (`Arc`) by its pipe readers and every RPC handler.
 #[derive(Debug)]
 pub struct OutputLog {
     inner: Mutex<LogInner>,
+    /// The spool's files, written outside `inner` (lock order: `inner`, then `files`).
+    files: Option<Mutex<SpoolFiles>>,
     end: watch::Sender<LogEnd>,
-    spool_dir: Option<std::path::PathBuf>,
+    spool_dir: Option<PathBuf>,
 }
 
 /// Length of the UTF-8 sequence a lead byte starts (1 for ASCII and for invalid bytes).
@@ -239,21 +258,21 @@ impl OutputLog {
                 next_seq: 1,
                 stdout: StreamTotals::default(),
                 stderr: StreamTotals::default(),
-                spool: spool_dir.map(|d| Spool::create(d, spool_cap)),
+                spool: spool_dir.map(|_| SpoolBuffer::new()),
                 closed: false,
             }),
+            files: spool_dir.map(|d| Mutex::new(SpoolFiles::create(d, spool_cap))),
             end,
             spool_dir: spool_dir.map(Path::to_path_buf),
         }
     }
 
     /// Rebuilds a closed log from a spool written by an earlier daemon: the ring gets the newest
-    /// `ring_bytes`, totals are recounted from what is on disk.
+    /// `ring_bytes` (after the last gap, since a ring holds contiguous bytes), totals are
+    /// recounted from what is on disk.
     pub fn restore(ring_bytes: usize, spool_dir: &Path) -> OutputLog {
-        let log = OutputLog {
-            spool_dir: Some(spool_dir.to_path_buf()),
-            ..OutputLog::new(ring_bytes, None, 0)
-        };
+        let mut log = OutputLog::new(ring_bytes, None, 0);
+        log.spool_dir = Some(spool_dir.to_path_buf());
         {
             let mut inner = log.lock();
             if let Ok(reader) = SpoolReader::open(spool_dir) {
@@ -262,23 +281,35 @@ impl OutputLog {
                 inner.ring = Ring::new(ring_bytes, ring_start);
                 let mut seq = start;
                 while seq < end {
-                    let Ok(runs) = reader.read(seq, 1 << 20) else {
+                    let Ok(pieces) = reader.read(seq, 1 << 20) else {
                         break;
                     };
-                    if runs.is_empty() {
+                    if pieces.is_empty() {
                         break;
                     }
-                    for (at, stream, bytes) in runs {
-                        match stream {
-                            Stream::Stdout => inner.stdout.add(&bytes),
-                            Stream::Stderr => inner.stderr.add(&bytes),
+                    for piece in pieces {
+                        match piece {
+                            SpoolPiece::Run(at, stream, bytes) => {
+                                match stream {
+                                    Stream::Stdout => inner.stdout.add(&bytes),
+                                    Stream::Stderr => inner.stderr.add(&bytes),
+                                }
+                                let run_end = at + bytes.len() as u64;
+                                if run_end > inner.ring.start() {
+                                    let skip =
+                                        usize::try_from(inner.ring.start().saturating_sub(at))
+                                            .unwrap_or(0);
+                                    inner.ring.push(stream, &bytes[skip..]);
+                                }
+                                seq = run_end;
+                            }
+                            SpoolPiece::Missing(_, to) => {
+                                if to > inner.ring.start() {
+                                    inner.ring = Ring::new(ring_bytes, to);
+                                }
+                                seq = to;
+                            }
                         }
-                        let run_end = at + bytes.len() as u64;
-                        if run_end > ring_start {
-                            let skip = usize::try_from(ring_start.saturating_sub(at)).unwrap_or(0);
-                            inner.ring.push(stream, &bytes[skip..]);
-                        }
-                        seq = run_end;
                     }
                 }
                 inner.next_seq = seq.max(start);
@@ -300,51 +331,71 @@ impl OutputLog {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn lock_files(&self) -> Option<MutexGuard<'_, SpoolFiles>> {
+        self.files
+            .as_ref()
+            .map(|f| f.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Writes a batch taken under `inner`: the files' lock is taken before `inner` is released,
+    /// so batches reach the disk in order and a reader that saw the ring move waits for them.
+    fn write_batch(&self, inner: MutexGuard<'_, LogInner>, batch: Option<spool::Batch>) {
+        let Some(batch) = batch else {
+            return;
+        };
+        let files = self.lock_files();
+        drop(inner);
+        if let Some(mut files) = files {
+            files.write(batch);
+        }
+    }
+
     /// Appends bytes from one stream.
     pub fn append(&self, stream: Stream, data: &[u8]) {
         if data.is_empty() {
             return;
         }
-        let next_seq = {
-            let mut inner = self.lock();
-            if inner.closed {
-                return;
-            }
-            inner.ring.push(stream, data);
-            let ring_start = inner.ring.start();
-            if let Some(spool) = inner.spool.as_mut() {
-                spool.append(stream, data);
-                // Bytes still waiting for the disk must stay readable: once the ring is about
-                // to lose them, write them out.
-                if spool.unflushed_from().is_some_and(|from| from < ring_start) {
-                    spool.flush();
-                }
-            }
-            match stream {
-                Stream::Stdout => inner.stdout.add(data),
-                Stream::Stderr => inner.stderr.add(data),
-            }
-            inner.next_seq += data.len() as u64;
-            inner.next_seq
-        };
+        let mut inner = self.lock();
+        if inner.closed {
+            return;
+        }
+        inner.ring.push(stream, data);
+        match stream {
+            Stream::Stdout => inner.stdout.add(data),
+            Stream::Stderr => inner.stderr.add(data),
+        }
+        inner.next_seq += data.len() as u64;
+        let next_seq = inner.next_seq;
+        let ring_start = inner.ring.start();
+        let batch = inner.spool.as_mut().and_then(|spool| {
+            spool.append(stream, data);
+            // Bytes still waiting for the disk must stay readable: once the ring has lost them,
+            // write them out; and write old or many bytes anyway, to bound a crash's loss.
+            let leaving_ring = spool.unflushed_from().is_some_and(|from| from < ring_start);
+            (leaving_ring || spool.due())
+                .then(|| spool.take())
+                .flatten()
+        });
+        self.write_batch(inner, batch);
         self.end.send_modify(|e| e.next_seq = next_seq);
     }
 
     /// Writes buffered spool bytes to disk (the pipe readers call this when output pauses).
     pub fn flush_spool(&self) {
-        if let Some(spool) = self.lock().spool.as_mut() {
-            spool.flush();
-        }
+        let mut inner = self.lock();
+        let batch = inner.spool.as_mut().and_then(SpoolBuffer::take);
+        self.write_batch(inner, batch);
     }
 
     /// Marks the log complete; later appends are ignored.
     pub fn close(&self) {
         let mut inner = self.lock();
         inner.closed = true;
-        if let Some(spool) = inner.spool.as_mut() {
-            spool.finish();
+        let batch = inner.spool.as_mut().and_then(SpoolBuffer::take);
+        self.write_batch(inner, batch);
+        if let Some(mut files) = self.lock_files() {
+            files.finish();
         }
-        drop(inner);
         self.end.send_modify(|e| e.closed = true);
     }
 
@@ -364,39 +415,48 @@ impl OutputLog {
         (inner.stdout, inner.stderr)
     }
 
-    /// Spool health: dropped bytes and the degradation reason.
+    /// Spool health: bytes the spool does not have, and why (while it is failing or gave up).
     pub fn spool_health(&self) -> (u64, Option<String>) {
-        let inner = self.lock();
-        inner
-            .spool
-            .as_ref()
-            .map(|s| (s.dropped, s.degraded.clone()))
-            .unwrap_or((0, None))
+        let (discarded, disabled) = {
+            let inner = self.lock();
+            inner
+                .spool
+                .as_ref()
+                .map_or((0, false), |s| (s.discarded, s.disabled()))
+        };
+        let (dropped, failing) = self
+            .lock_files()
+            .map_or((0, None), |f| (f.dropped, f.failing.clone()));
+        let why = failing.or_else(|| disabled.then(|| "too many stream switches".to_string()));
+        (dropped + discarded, why)
+    }
+
+    /// Whether a forward read from `since` goes to the disk (callers on the async runtime move
+    /// such reads to a blocking thread).
+    pub fn needs_disk(&self, since: u64) -> bool {
+        self.spool_dir.is_some() && since < self.lock().ring.start()
     }
 
     /// Reads a window of output (see [`ReadQuery`]).
     pub fn read(&self, q: &ReadQuery) -> ReadResult {
         let max = q.max_bytes.max(1);
-        let inner = self.lock();
-        let end = inner.next_seq;
-        let ring_start = inner.ring.start();
         match q.since {
             Some(since) => {
-                let since = since.clamp(1, end);
-                if since < ring_start && q.use_spool {
-                    let spool_start = inner.spool.as_ref().map_or(1, Spool::start);
-                    drop(inner);
-                    if let Some(r) = self.read_spool(since, ring_start, spool_start, end, q) {
-                        return r;
-                    }
-                    return self.read(&ReadQuery {
-                        since: Some(ring_start),
-                        ..*q
-                    });
-                }
-                Self::read_forward(&inner, since, end, max, q.streams)
+                // A cursor past the end reads from the end (nothing yet), as before it.
+                let since = since.clamp(1, self.lock().next_seq);
+                let mut page = Page::new(since, max, q.streams);
+                // Read a bit more than one stream's cap from disk; unselected bytes do not count
+                // against it.
+                let walked = self.walk(since, q.use_spool, max.saturating_mul(2), &mut |p| {
+                    page.feed(p)
+                });
+                page.finish(walked.end, walked.retained_from)
             }
-            None => Self::read_latest(&inner, end, max, q.streams, q.tail_lines),
+            None => {
+                let inner = self.lock();
+                let end = inner.next_seq;
+                Self::read_latest(&inner, end, max, q.streams, q.tail_lines)
+            }
         }
     }
 
@@ -405,123 +465,159 @@ impl OutputLog {
     /// and `wait --until`.
     pub fn read_runs(&self, since: u64, max: usize, streams: StreamFilter) -> RunsPage {
         let max = max.max(1);
-        let inner = self.lock();
-        let end = inner.next_seq;
-        let ring_start = inner.ring.start();
-        let since = since.clamp(1, end);
-        let mut runs = Vec::new();
-        let mut gap = None;
-        let mut next = since;
-        if since < ring_start {
-            let spool_start = inner.spool.as_ref().map_or(1, Spool::start);
-            drop(inner);
-            let on_disk = self
-                .spool_dir
-                .as_deref()
-                .and_then(|d| SpoolReader::open(d).ok())
-                .map(|r| {
-                    let start = spool_start.max(r.range().0);
-                    let from = since.max(start);
-                    let want = usize::try_from(ring_start.saturating_sub(from)).unwrap_or(max);
-                    (from, r.read(from, want.min(max)).unwrap_or_default())
-                });
-            match on_disk {
-                Some((from, disk_runs)) if !disk_runs.is_empty() => {
-                    if from > since {
-                        gap = Some((since, from));
-                    }
-                    next = from;
-                    for (at, stream, bytes) in disk_runs {
-                        next = at + bytes.len() as u64;
-                        if streams.selects(stream) {
-                            runs.push((at, stream, bytes));
+        let since = since.clamp(1, self.lock().next_seq);
+        let mut page = RunsPage {
+            next: since,
+            ..RunsPage::default()
+        };
+        let mut total = 0usize;
+        let walked = self.walk(since, true, max, &mut |piece| match piece {
+            Piece::Gap(from, to) => {
+                if page.runs.is_empty() && page.next == since && page.gap.is_none() {
+                    page.gap = Some((from, to));
+                    page.next = to;
+                    ControlFlow::Continue(())
+                } else {
+                    // The next page starts with this gap, so it is reported on its own.
+                    ControlFlow::Break(())
+                }
+            }
+            Piece::Bytes(seq, stream, bytes) => {
+                if !streams.selects(stream) {
+                    page.next = seq + bytes.len() as u64;
+                    return ControlFlow::Continue(());
+                }
+                let take = bytes.len().min(max - total);
+                page.runs.push((seq, stream, bytes[..take].to_vec()));
+                total += take;
+                page.next = seq + take as u64;
+                if total >= max {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            }
+        });
+        page.next = page.next.min(walked.end);
+        page
+    }
+
+    /// Walks the log forward from `since`, one [`Piece`] at a time, until `visit` breaks or the
+    /// end is reached. Bytes the ring no longer has come from the spool (when `use_spool`; at
+    /// most `disk_max` bytes, read outside the log's lock), and then the walk ends, so one page
+    /// never mixes a disk read and a ring read taken at different moments; anything retained
+    /// nowhere is a [`Piece::Gap`].
+    fn walk(
+        &self,
+        since: u64,
+        use_spool: bool,
+        disk_max: usize,
+        visit: &mut dyn FnMut(Piece<'_>) -> ControlFlow<()>,
+    ) -> Walked {
+        let mut cursor = since;
+        let mut disk_tried = false;
+        loop {
+            let inner = self.lock();
+            let end = inner.next_seq;
+            let ring_start = inner.ring.start();
+            cursor = cursor.min(end);
+            if cursor < ring_start
+                && use_spool
+                && !disk_tried
+                && let Some(dir) = self.spool_dir.as_deref()
+            {
+                drop(inner);
+                disk_tried = true;
+                if let Some((pieces, disk_start)) =
+                    self.read_disk(dir, cursor, ring_start, disk_max)
+                {
+                    for piece in &pieces {
+                        let flow = match piece {
+                            SpoolPiece::Run(at, stream, bytes) => {
+                                visit(Piece::Bytes(*at, *stream, bytes))
+                            }
+                            SpoolPiece::Missing(from, to) => visit(Piece::Gap(*from, *to)),
+                        };
+                        if flow.is_break() {
+                            break;
                         }
                     }
-                    return RunsPage { runs, next, gap };
+                    return Walked {
+                        end,
+                        retained_from: disk_start,
+                    };
                 }
-                _ => {
-                    gap = Some((since, ring_start));
-                    return self.read_runs_after_gap(ring_start, max, streams, gap);
-                }
-            }
-        }
-        let mut total = 0usize;
-        for chunk in inner.ring.chunks() {
-            if chunk.end() <= next {
+                // Nothing of it on disk: look at the ring again (it may have moved meanwhile).
                 continue;
             }
-            let skip = usize::try_from(next - chunk.start).unwrap_or(0);
-            let bytes = &chunk.bytes()[skip..];
-            if !streams.selects(chunk.stream) {
-                next = chunk.end();
-                continue;
+            if cursor < ring_start {
+                if visit(Piece::Gap(cursor, ring_start)).is_break() {
+                    return Walked {
+                        end,
+                        retained_from: ring_start,
+                    };
+                }
+                cursor = ring_start;
             }
-            let take = bytes.len().min(max - total);
-            runs.push((next, chunk.stream, bytes[..take].to_vec()));
-            total += take;
-            next += take as u64;
-            if total >= max {
-                break;
-            }
-        }
-        RunsPage { runs, next, gap }
-    }
-
-    fn read_runs_after_gap(
-        &self,
-        from: u64,
-        max: usize,
-        streams: StreamFilter,
-        gap: Option<(u64, u64)>,
-    ) -> RunsPage {
-        RunsPage {
-            gap,
-            ..self.read_runs(from, max, streams)
+            Self::walk_ring(&inner, cursor, visit);
+            return Walked {
+                end,
+                retained_from: ring_start,
+            };
         }
     }
 
-    fn read_forward(
+    /// The ring's part of a walk, from `cursor` (not before the ring's start) on.
+    fn walk_ring(
         inner: &LogInner,
-        since: u64,
-        end: u64,
-        max: usize,
-        streams: StreamFilter,
-    ) -> ReadResult {
-        let ring_start = inner.ring.start();
-        let from = since.max(ring_start);
-        let mut r = ReadResult {
-            first_seq: from,
-            next_seq: from,
-            truncated: since < ring_start,
-            retained_from: ring_start,
-            ..ReadResult::default()
-        };
+        cursor: u64,
+        visit: &mut dyn FnMut(Piece<'_>) -> ControlFlow<()>,
+    ) {
         for chunk in inner.ring.chunks() {
-            if chunk.end() <= r.next_seq {
+            if chunk.end() <= cursor {
                 continue;
             }
-            let skip = usize::try_from(r.next_seq - chunk.start).unwrap_or(0);
-            let bytes = &chunk.bytes()[skip..];
-            if !streams.selects(chunk.stream) {
-                r.next_seq = chunk.end();
-                continue;
+            let skip = usize::try_from(cursor.saturating_sub(chunk.start)).unwrap_or(0);
+            let at = chunk.start + skip as u64;
+            if visit(Piece::Bytes(at, chunk.stream, &chunk.bytes()[skip..])).is_break() {
+                return;
             }
-            let out = r.take(chunk.stream);
-            let room = max.saturating_sub(out.len());
-            if bytes.len() <= room {
-                out.extend_from_slice(bytes);
-                r.next_seq = chunk.end();
-                continue;
-            }
-            // This stream is full: stop here, on a character boundary, so the next page
-            // continues exactly where this one ends.
-            let cut = char_boundary_before(bytes, room);
-            out.extend_from_slice(&bytes[..cut]);
-            r.next_seq += cut as u64;
-            break;
         }
-        r.has_more = r.next_seq < end;
-        r
+    }
+
+    /// Reads what the spool has of `[since, ring_start)`, at most `max` bytes: pieces in order
+    /// (a leading gap when the cap already deleted the start) and the oldest sequence number on
+    /// disk. `None` when the disk has none of those bytes.
+    fn read_disk(
+        &self,
+        dir: &Path,
+        since: u64,
+        ring_start: u64,
+        max: usize,
+    ) -> Option<(Vec<SpoolPiece>, u64)> {
+        // Waiting for the files' lock waits for a batch in flight: bytes that left the ring
+        // before we looked are then on disk.
+        let files_start = self.lock_files().map_or(1, |f| f.start());
+        let reader = SpoolReader::open(dir).ok()?;
+        let start = reader.range().0.max(files_start);
+        let from = since.max(start);
+        if from >= ring_start {
+            return None;
+        }
+        let want = usize::try_from(ring_start - from).unwrap_or(usize::MAX);
+        let mut pieces = reader.read(from, want.min(max)).ok()?;
+        if !pieces.iter().any(|p| matches!(p, SpoolPiece::Run(..))) {
+            return None;
+        }
+        for piece in &mut pieces {
+            if let SpoolPiece::Missing(_, to) = piece {
+                *to = (*to).min(ring_start);
+            }
+        }
+        if from > since {
+            pieces.insert(0, SpoolPiece::Missing(since, from));
+        }
+        Some((pieces, start))
     }
 
     fn read_latest(
@@ -586,62 +682,90 @@ impl OutputLog {
             let skip = usize::try_from(first - chunk.start).unwrap_or(0);
             first += continuation_prefix(&chunk.bytes()[skip..]) as u64;
         }
-        let mut r = Self::read_forward(inner, first, end, usize::MAX, streams);
+        let mut page = Page::new(first, usize::MAX, streams);
+        Self::walk_ring(inner, first, &mut |p| page.feed(p));
+        let mut r = page.finish(end, ring_start);
         r.truncated = first > 1;
-        r.retained_from = ring_start;
         r.has_more = false;
         r
     }
+}
 
-    fn read_spool(
-        &self,
-        since: u64,
-        ring_start: u64,
-        spool_start: u64,
-        end: u64,
-        q: &ReadQuery,
-    ) -> Option<ReadResult> {
-        let dir = self.spool_dir.as_deref()?;
-        let reader = SpoolReader::open(dir).ok()?;
-        let (disk_start, _) = reader.range();
-        let start = spool_start.max(disk_start);
-        let from = since.max(start);
-        if from >= ring_start {
-            return None;
+impl Drop for OutputLog {
+    fn drop(&mut self) {
+        // A log dropped without `close` (a daemon shutting down) still writes what it buffered.
+        self.flush_spool();
+    }
+}
+
+/// Where a walk ended: the log's end when it began, and the oldest byte it could have served.
+struct Walked {
+    end: u64,
+    retained_from: u64,
+}
+
+/// A forward page under construction: at most `max` bytes per stream, cut on a character
+/// boundary, a gap only at its start (reported as `truncated`, with `first_seq` after it).
+struct Page {
+    r: ReadResult,
+    max: usize,
+    streams: StreamFilter,
+}
+
+impl Page {
+    fn new(since: u64, max: usize, streams: StreamFilter) -> Page {
+        Page {
+            r: ReadResult {
+                first_seq: since,
+                next_seq: since,
+                ..ReadResult::default()
+            },
+            max,
+            streams,
         }
-        let max = q.max_bytes.max(1);
-        let want = usize::try_from(ring_start - from).unwrap_or(usize::MAX);
-        // Read a bit more than one stream's cap; unselected bytes do not count against it.
-        let runs = reader.read(from, want.min(max.saturating_mul(2))).ok()?;
-        let mut r = ReadResult {
-            first_seq: from,
-            next_seq: from,
-            truncated: since < from,
-            retained_from: start,
-            ..ReadResult::default()
-        };
-        for (at, stream, bytes) in runs {
-            if !q.streams.selects(stream) {
-                r.next_seq = at + bytes.len() as u64;
-                continue;
+    }
+
+    fn feed(&mut self, piece: Piece<'_>) -> ControlFlow<()> {
+        let r = &mut self.r;
+        match piece {
+            Piece::Gap(_, to) => {
+                if r.next_seq == r.first_seq {
+                    r.truncated = true;
+                    r.first_seq = to;
+                    r.next_seq = to;
+                    ControlFlow::Continue(())
+                } else {
+                    // Stop before it: the next page starts with the gap and says so.
+                    ControlFlow::Break(())
+                }
             }
-            let out = r.take(stream);
-            let room = max.saturating_sub(out.len());
-            if bytes.len() <= room {
-                out.extend_from_slice(&bytes);
-                r.next_seq = at + bytes.len() as u64;
-                continue;
+            Piece::Bytes(seq, stream, bytes) => {
+                if !self.streams.selects(stream) {
+                    r.next_seq = seq + bytes.len() as u64;
+                    return ControlFlow::Continue(());
+                }
+                let out = r.take(stream);
+                let room = self.max.saturating_sub(out.len());
+                if bytes.len() <= room {
+                    out.extend_from_slice(bytes);
+                    r.next_seq = seq + bytes.len() as u64;
+                    return ControlFlow::Continue(());
+                }
+                // This stream is full: stop here, on a character boundary, so the next page
+                // continues exactly where this one ends.
+                let cut = char_boundary_before(bytes, room);
+                out.extend_from_slice(&bytes[..cut]);
+                r.next_seq = seq + cut as u64;
+                ControlFlow::Break(())
             }
-            let cut = char_boundary_before(&bytes, room);
-            out.extend_from_slice(&bytes[..cut]);
-            r.next_seq = at + cut as u64;
-            break;
         }
-        if r.next_seq == from {
-            return None;
-        }
+    }
+
+    fn finish(self, end: u64, retained_from: u64) -> ReadResult {
+        let mut r = self.r;
         r.has_more = r.next_seq < end;
-        Some(r)
+        r.retained_from = retained_from;
+        r
     }
 }
 
@@ -843,5 +967,114 @@ mod tests {
             ..q(Some(1), 1000)
         });
         assert_eq!(all.stdout, b"first-");
+    }
+
+    fn on_disk(dir: &Path) -> Vec<u8> {
+        let reader = SpoolReader::open(dir).expect("open");
+        reader
+            .read(1, 1 << 20)
+            .expect("read")
+            .into_iter()
+            .flat_map(|p| match p {
+                SpoolPiece::Run(_, _, b) => b,
+                SpoolPiece::Missing(..) => Vec::new(),
+            })
+            .collect()
+    }
+
+    /// Issue 16 item 5: a process printing a line every 30 ms never pauses long enough for the
+    /// quiet-time flush; its bytes still reach the disk once the oldest is `FLUSH_AGE` old.
+    #[test]
+    fn a_chatty_process_reaches_the_disk_within_the_flush_age() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = OutputLog::new(1 << 20, Some(dir.path()), 1 << 30);
+        log.append(Stream::Stdout, b"line 1\n");
+        assert!(
+            on_disk(dir.path()).is_empty(),
+            "a fresh line waits for more"
+        );
+        log.lock()
+            .spool
+            .as_mut()
+            .expect("spool")
+            .age_by(spool::FLUSH_AGE);
+        log.append(Stream::Stdout, b"line 2\n");
+        assert_eq!(on_disk(dir.path()), b"line 1\nline 2\n");
+    }
+
+    /// Issue 16 item 6: a page never jumps over bytes that are retained nowhere without saying
+    /// so. Here the spool has none of the evicted bytes (it was turned off by its cap of one
+    /// segment long ago); the read that asks for them is `truncated`, starts after the gap, and
+    /// paging on from it reaches the end.
+    #[test]
+    fn a_spool_read_past_what_the_disk_has_reports_the_gap() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = OutputLog::new(8, Some(dir.path()), 1 << 30);
+        log.append(Stream::Stdout, b"0123456789");
+        log.flush_spool();
+        // Lose the disk copy, as a full disk would have.
+        std::fs::remove_file(dir.path().join("out.0")).expect("rm");
+        let r = log.read(&ReadQuery {
+            use_spool: true,
+            ..q(Some(1), 100)
+        });
+        assert!(r.truncated, "{r:?}");
+        assert_eq!(r.first_seq, 3);
+        assert_eq!(r.stdout, b"23456789");
+        let runs = log.read_runs(1, 100, StreamFilter::Both);
+        assert_eq!(runs.gap, Some((1, 3)));
+        assert_eq!(runs.next, 11);
+    }
+
+    /// A gap in the middle of the spool ends the page before it; the next page starts with it,
+    /// `truncated`, so a client paging by `next_seq` is told exactly where bytes are missing.
+    #[test]
+    fn a_gap_inside_the_spool_is_reported_by_the_page_that_reaches_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = OutputLog::new(4, Some(dir.path()), 1 << 30);
+        log.append(Stream::Stdout, b"aaaa");
+        log.flush_spool();
+        {
+            // A batch that never reached the disk.
+            let mut inner = log.lock();
+            inner
+                .spool
+                .as_mut()
+                .expect("spool")
+                .append(Stream::Stdout, b"bbbb");
+            let lost = inner.spool.as_mut().expect("spool").take().expect("batch");
+            drop(lost);
+            inner.next_seq += 4;
+            inner.ring.push(Stream::Stdout, b"bbbb");
+            let mut files = log.lock_files().expect("files");
+            files.mark_missing_for_test(5);
+        }
+        log.append(Stream::Stdout, b"cccc");
+        log.append(Stream::Stdout, b"dddd");
+        log.flush_spool();
+        let mut seq = 1;
+        let mut pages = Vec::new();
+        loop {
+            let r = log.read(&ReadQuery {
+                use_spool: true,
+                ..q(Some(seq), 100)
+            });
+            pages.push((
+                r.truncated,
+                r.first_seq,
+                String::from_utf8(r.stdout.clone()).expect("utf8"),
+            ));
+            seq = r.next_seq;
+            if !r.has_more {
+                break;
+            }
+        }
+        assert_eq!(
+            pages,
+            vec![
+                (false, 1, "aaaa".to_string()),
+                (true, 9, "ccccdddd".to_string()),
+            ]
+        );
     }
 }

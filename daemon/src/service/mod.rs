@@ -129,7 +129,9 @@ impl Control for ControlService {
         &self,
         req: Request<pb::ReadRequest>,
     ) -> Result<Response<pb::ReadResponse>, Status> {
-        output::read(self, req.into_inner()).map(Response::new)
+        output::read(self, req.into_inner())
+            .await
+            .map(Response::new)
     }
 
     type FollowStream = FollowStream;

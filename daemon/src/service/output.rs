@@ -1,17 +1,21 @@
 //! `Read`, `Follow` and `Wait`: the output side. All three pull from the process's
 //! [`OutputLog`](crate::output::OutputLog) with cursors; none holds a per-reader buffer.
+//! `follow` and `wait(until)` share one waiting cursor ([`LogCursor`]); reads that reach the
+//! disk spool run on a blocking thread, never on a runtime worker.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use regex::bytes::Regex;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
 use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::pb;
 
 use super::{ControlService, FollowStream, clamp_output_bytes, output_to_pb, stream_filter};
-use crate::output::{ReadQuery, Stream, StreamFilter};
-use crate::process::ManagedProcess;
+use crate::output::{LogEnd, ReadQuery, RunsPage, Stream, StreamFilter};
+use crate::process::{ManagedProcess, ProcState};
 
 /// Largest `tail_lines` accepted.
 const MAX_TAIL_LINES: u32 = 100_000;
@@ -20,7 +24,7 @@ const FOLLOW_BATCH: usize = 256 * 1024;
 /// Longest line kept for `until` matching; longer lines are matched by their first bytes.
 const MAX_MATCH_LINE: usize = 64 * 1024;
 
-pub(super) fn read(
+pub(super) async fn read(
     svc: &ControlService,
     req: pb::ReadRequest,
 ) -> Result<pb::ReadResponse, tonic::Status> {
@@ -41,11 +45,107 @@ pub(super) fn read(
     // State first, output second: if the process ends in between, the output is at least as new
     // as the status says.
     let process = proc.info();
-    let out = proc.output.read(&q);
+    let out = match q.since {
+        // Bytes older than the ring come from disk: not on a runtime worker.
+        Some(since) if q.use_spool && proc.output.needs_disk(since) => {
+            let proc = proc.clone();
+            tokio::task::spawn_blocking(move || proc.output.read(&q))
+                .await
+                .map_err(|e| ErrorKind::Internal.status(format!("reading the spool failed: {e}")))?
+        }
+        _ => proc.output.read(&q),
+    };
     Ok(pb::ReadResponse {
         process: Some(process),
         output: Some(output_to_pb(out)),
     })
+}
+
+/// A forward cursor over a process's output that waits for news: the one loop behind `follow`
+/// and `wait(until)`. Pages that reach back before the ring are read from the spool on a
+/// blocking thread.
+struct LogCursor {
+    proc: Arc<ManagedProcess>,
+    at: u64,
+    streams: StreamFilter,
+    end_rx: watch::Receiver<LogEnd>,
+    state_rx: watch::Receiver<ProcState>,
+}
+
+/// Why [`LogCursor::changed`] returned.
+enum Wake {
+    /// New output, or a state change.
+    News,
+    /// The caller's deadline passed.
+    Deadline,
+    /// The daemon is shutting down.
+    ShuttingDown,
+}
+
+impl LogCursor {
+    fn new(proc: Arc<ManagedProcess>, since: u64, streams: StreamFilter) -> LogCursor {
+        LogCursor {
+            end_rx: proc.output.subscribe(),
+            state_rx: proc.subscribe(),
+            proc,
+            at: since.max(1),
+            streams,
+        }
+    }
+
+    /// The next page from the cursor on, or `None` when nothing new is there yet.
+    async fn page(&mut self) -> Option<RunsPage> {
+        let (at, streams) = (self.at, self.streams);
+        let page = if self.proc.output.needs_disk(at) {
+            let proc = self.proc.clone();
+            match tokio::task::spawn_blocking(move || {
+                proc.output.read_runs(at, FOLLOW_BATCH, streams)
+            })
+            .await
+            {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::error!("reading the spool failed: {e}");
+                    return None;
+                }
+            }
+        } else {
+            self.proc.output.read_runs(at, FOLLOW_BATCH, streams)
+        };
+        if page.next <= self.at && page.gap.is_none() {
+            return None;
+        }
+        self.at = page.next;
+        Some(page)
+    }
+
+    /// The whole output has been read and no more will come.
+    fn complete(&self) -> bool {
+        let end = self.proc.output.end();
+        end.closed && self.at >= end.next_seq
+    }
+
+    /// Waits for new output or a state change.
+    async fn changed(
+        &mut self,
+        deadline: Option<tokio::time::Instant>,
+        shutdown: &CancellationToken,
+    ) -> Wake {
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            // A closed channel (the process record was dropped) is news too: the caller
+            // re-reads and finds the output complete.
+            _ = self.end_rx.changed() => Wake::News,
+            _ = self.state_rx.changed() => Wake::News,
+            _ = sleep => Wake::Deadline,
+            _ = shutdown.cancelled() => Wake::ShuttingDown,
+        }
+    }
 }
 
 pub(super) fn follow(
@@ -57,53 +157,47 @@ pub(super) fn follow(
     let streams = stream_filter(req.streams)?;
     let (tx, rx) = mpsc::channel(4);
     let shutdown = svc.daemon.shutdown.clone();
-    let mut cursor = req.since_seq.unwrap_or(1).max(1);
+    let mut cursor = LogCursor::new(proc.clone(), req.since_seq.unwrap_or(1), streams);
     tokio::spawn(async move {
-        let mut end_rx = proc.output.subscribe();
-        let mut state_rx = proc.subscribe();
         loop {
-            let crate::output::RunsPage { runs, next, gap } =
-                proc.output.read_runs(cursor, FOLLOW_BATCH, streams);
-            if let Some((from, to)) = gap {
-                let ev = pb::FollowEvent {
-                    dropped_from: from,
-                    dropped_to: to,
-                    ..Default::default()
-                };
-                if tx.send(Ok(ev)).await.is_err() {
-                    return;
+            if let Some(RunsPage { runs, gap, .. }) = cursor.page().await {
+                if let Some((from, to)) = gap {
+                    let ev = pb::FollowEvent {
+                        dropped_from: from,
+                        dropped_to: to,
+                        ..Default::default()
+                    };
+                    if tx.send(Ok(ev)).await.is_err() {
+                        return;
+                    }
                 }
-            }
-            for (seq, stream, data) in runs {
-                let ev = pb::FollowEvent {
-                    seq,
-                    stream: match stream {
-                        Stream::Stdout => pb::Stream::Stdout,
-                        Stream::Stderr => pb::Stream::Stderr,
-                    } as i32,
-                    data,
-                    ..Default::default()
-                };
-                // A client that stopped reading blocks only this task; the process and other
-                // readers never wait for it.
-                if tx.send(Ok(ev)).await.is_err() {
-                    return;
+                for (seq, stream, data) in runs {
+                    let ev = pb::FollowEvent {
+                        seq,
+                        stream: match stream {
+                            Stream::Stdout => pb::Stream::Stdout,
+                            Stream::Stderr => pb::Stream::Stderr,
+                        } as i32,
+                        data,
+                        ..Default::default()
+                    };
+                    // A client that stopped reading blocks only this task; the process and
+                    // other readers never wait for it.
+                    if tx.send(Ok(ev)).await.is_err() {
+                        return;
+                    }
                 }
-            }
-            let advanced = next > cursor;
-            cursor = next;
-            if advanced {
                 continue;
             }
-            let end = proc.output.end();
-            if end.closed && cursor >= end.next_seq {
+            if cursor.complete() {
                 // Output is complete; report the final state once the result is settled.
+                let mut state_rx = proc.subscribe();
                 tokio::select! {
                     _ = state_rx.wait_for(|s| s.settled) => {}
                     _ = shutdown.cancelled() => {}
                 }
                 let ev = pb::FollowEvent {
-                    seq: cursor,
+                    seq: cursor.at,
                     ended: Some(proc.info()),
                     ..Default::default()
                 };
@@ -111,10 +205,11 @@ pub(super) fn follow(
                 return;
             }
             tokio::select! {
-                r = end_rx.changed() => if r.is_err() { return },
-                _ = shutdown.cancelled() => {
-                    let _ = tx.send(Err(ErrorKind::ShuttingDown.status("yieldshelld is shutting down"))).await;
-                    return;
+                wake = cursor.changed(None, &shutdown) => {
+                    if let Wake::ShuttingDown = wake {
+                        let _ = tx.send(Err(ErrorKind::ShuttingDown.status("yieldshelld is shutting down"))).await;
+                        return;
+                    }
                 }
                 _ = tx.closed() => return,
             }
@@ -182,47 +277,33 @@ enum WaitOutcome {
 }
 
 async fn wait_until_match(
-    proc: &ManagedProcess,
+    proc: &Arc<ManagedProcess>,
     matcher: &mut LineMatcher,
     since: u64,
     streams: StreamFilter,
     deadline: Option<tokio::time::Instant>,
-    shutdown: &tokio_util::sync::CancellationToken,
+    shutdown: &CancellationToken,
 ) -> WaitOutcome {
-    let mut cursor = since.max(1);
-    let mut end_rx = proc.output.subscribe();
-    let mut state_rx = proc.subscribe();
+    let mut cursor = LogCursor::new(proc.clone(), since, streams);
     loop {
-        let crate::output::RunsPage { runs, next, .. } =
-            proc.output.read_runs(cursor, FOLLOW_BATCH, streams);
-        for (seq, stream, data) in &runs {
-            if let Some((at, line)) = matcher.feed(*seq, *stream, data) {
-                return WaitOutcome::Matched(at, line);
+        if let Some(page) = cursor.page().await {
+            for (seq, stream, data) in &page.runs {
+                if let Some((at, line)) = matcher.feed(*seq, *stream, data) {
+                    return WaitOutcome::Matched(at, line);
+                }
             }
-        }
-        let advanced = next > cursor;
-        cursor = next;
-        if advanced {
             continue;
         }
         if let Some((at, line)) = matcher.check_partial() {
             return WaitOutcome::Matched(at, line);
         }
-        let end = proc.output.end();
-        if proc.state().settled && end.closed && cursor >= end.next_seq {
+        if cursor.complete() && proc.state().settled {
             return WaitOutcome::Exited;
         }
-        let sleep = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = end_rx.changed() => {}
-            _ = state_rx.changed() => {}
-            _ = sleep => return WaitOutcome::Deadline,
-            _ = shutdown.cancelled() => return WaitOutcome::ShuttingDown,
+        match cursor.changed(deadline, shutdown).await {
+            Wake::News => {}
+            Wake::Deadline => return WaitOutcome::Deadline,
+            Wake::ShuttingDown => return WaitOutcome::ShuttingDown,
         }
     }
 }
