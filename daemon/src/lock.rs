@@ -50,7 +50,10 @@ impl InstanceLock {
         // Never through a planted symlink: the lock file is truncated and written below
         // (RELIABILITY S3).
         #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NOFOLLOW);
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.custom_flags(libc::O_NOFOLLOW).mode(0o600);
+        }
         let mut file = options.open(&path).map_err(io)?;
         match file.try_lock() {
             Ok(()) => {}

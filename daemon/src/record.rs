@@ -132,10 +132,12 @@ fn write_record(root: &Path, record: &ProcessRecord) -> io::Result<()> {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp)?;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    // Records hold commands and environments' effects: readable by their owner only.
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut f = options.open(&tmp)?;
     f.write_all(&json)?;
     drop(f);
     std::fs::rename(&tmp, dir.join(RECORD_FILE))
@@ -289,32 +291,18 @@ impl RecordStore {
     }
 }
 
-/// Creates a directory (and missing parents) with mode 0700, no error if it exists, and refuses
-/// anything but a directory in its place.
+/// Creates a directory (and missing parents) with mode 0700 if missing, and refuses one that is
+/// not private: a symlink, not a directory, owned by another uid, or with any group/other
+/// permission bit. The state directory holds commands, output and the lock; a writable one would
+/// let another user replace `procs/` and read or forge records (RELIABILITY S5).
 pub fn create_private_dir(dir: &Path) -> io::Result<()> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        match std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-        {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
-        }
-    }
-    #[cfg(not(unix))]
-    std::fs::create_dir_all(dir)?;
-    let meta = std::fs::symlink_metadata(dir)?;
-    if !meta.is_dir() {
-        return Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            format!("{} exists and is not a directory", dir.display()),
-        ));
-    }
-    Ok(())
+    yieldshell_proto::paths::ensure_private_dir(dir).map_err(|e| {
+        let kind = match &e {
+            yieldshell_proto::paths::PathError::Io { source, .. } => source.kind(),
+            _ => io::ErrorKind::PermissionDenied,
+        };
+        io::Error::new(kind, e.to_string())
+    })
 }
 
 #[cfg(test)]

@@ -283,3 +283,32 @@ async fn s4_managed_processes_get_no_daemon_internals_and_only_stdio() {
     assert!(status.success());
     drop(listener);
 }
+
+/// Issue 16 item 11: the state directory is checked like the socket directory. A world-writable
+/// one (another uid could replace `procs/` and read or forge records) is refused with the reason
+/// and the fix; a fresh one is created 0700, and records and spool files are 0600.
+#[tokio::test]
+async fn s6_the_state_directory_is_private_and_its_files_are_owner_only() {
+    let d = TestDaemon::unstarted();
+    std::fs::create_dir(&d.state).expect("mkdir");
+    std::fs::set_permissions(&d.state, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let (ok, err) = daemon_exits(&d.socket, &d.state);
+    assert!(
+        !ok && err.contains("unsafe permissions") && err.contains("mode 0777"),
+        "{err}"
+    );
+
+    let d = TestDaemon::start().await;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).expect("meta").mode() & 0o777;
+    assert_eq!(mode(&d.state), 0o700);
+    assert_eq!(mode(&d.state.join("procs")), 0o700);
+    let r = d.session().exec("echo hello").await;
+    let id = r.process.expect("process").process_id;
+    let dir = d.state.join("procs").join(&id);
+    let record = dir.join("record.json");
+    eventually_blocking("the record to be written", || record.exists().then_some(()));
+    assert_eq!(mode(&record), 0o600);
+    assert_eq!(mode(&dir.join("out.0")), 0o600);
+    assert_eq!(mode(&dir.join("streams")), 0o600);
+    assert_eq!(mode(&d.state.join("yieldshelld.lock")), 0o600);
+}

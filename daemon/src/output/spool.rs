@@ -198,14 +198,15 @@ fn streams_path(dir: &Path) -> PathBuf {
     dir.join("streams")
 }
 
-/// Opens a spool file for positional writes, never through a planted symlink (`O_NOFOLLOW`).
+/// Opens a spool file (0600) for positional writes, never through a planted symlink
+/// (`O_NOFOLLOW`).
 fn open_write(path: &Path) -> io::Result<File> {
     let mut options = OpenOptions::new();
     options.create(true).write(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NOFOLLOW);
+        options.custom_flags(libc::O_NOFOLLOW).mode(0o600);
     }
     options.open(path)
 }
