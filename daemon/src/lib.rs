@@ -109,29 +109,53 @@ impl Daemon {
         std::mem::take(&mut *self.actors.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Forgets idle sessions and removes the oldest ended records beyond the configured number.
+    /// Forgets idle sessions, releases the memory of cold ended processes (their output is
+    /// then read from the spool), and removes the oldest ended records beyond the configured
+    /// number. Runs every [`RETENTION_TICK`], so neither memory nor disk grows with a burst of
+    /// ended processes for longer than that (RELIABILITY, issue 16 item 7).
     fn apply_retention(&self) {
         self.sessions.expire_idle();
         let keep = self.config.file.max_ended_records();
+        let now = std::time::SystemTime::now();
+        let mut released = false;
         let mut ended: Vec<_> = self
             .registry
             .all()
             .into_iter()
-            .filter(|p| {
+            .filter_map(|p| {
                 let s = p.state();
-                s.settled && s.descendants == 0 && s.status != process::Status::Running
+                let ended = s.settled && s.descendants == 0 && s.status != process::Status::Running;
+                let ended_at = s.ended_at.unwrap_or(p.started_at);
+                (ended && p.output.end().closed).then_some((p, ended_at))
             })
             .collect();
-        if ended.len() <= keep {
-            return;
+        for (p, ended_at) in &ended {
+            if now.duration_since(*ended_at).unwrap_or_default() >= COLD_AFTER {
+                released |= p.output.release_memory();
+            }
         }
-        ended.sort_by_key(|p| p.state().ended_at.unwrap_or(p.started_at));
-        let excess = ended.len() - keep;
-        for p in ended.into_iter().take(excess) {
-            self.forget(&p.id);
+        if ended.len() > keep {
+            ended.sort_by_key(|(_, ended_at)| *ended_at);
+            let excess = ended.len() - keep;
+            for (p, _) in ended.into_iter().take(excess) {
+                self.forget(&p.id);
+            }
+            released = true;
+        }
+        if released {
+            // Give the freed rings and records back to the OS once this burst is over.
+            heap::note_activity();
         }
     }
 }
+
+/// How often retention runs: bounds how long a burst of ended processes holds memory and disk
+/// beyond the limits (a scan of the registry; ~1 ms for thousands of records).
+const RETENTION_TICK: Duration = Duration::from_secs(1);
+
+/// How long an ended process keeps its whole ring in memory: reads right after the end (the
+/// agent's `read`/`wait`, `yieldctl read`) stay memory-fast, older ones read the spool.
+const COLD_AFTER: Duration = Duration::from_secs(10);
 
 /// Tells systemd (Type=notify) that the daemon is ready, when it runs under systemd.
 fn notify_systemd_ready() {
@@ -203,7 +227,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
     let retention = {
         let d = daemon.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(60));
+            let mut tick = tokio::time::interval(RETENTION_TICK);
             loop {
                 tokio::select! {
                     _ = tick.tick() => d.apply_retention(),

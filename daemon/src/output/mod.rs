@@ -183,7 +183,14 @@ struct LogInner {
     /// Bytes on their way to the spool (`None`: no spool for this process).
     spool: Option<SpoolBuffer>,
     closed: bool,
+    /// Set once the ring of an ended process was cut to a small tail ([`OutputLog::release_memory`]):
+    /// where the ring started then. Bytes from here on still read as if in memory (from disk).
+    trimmed_from: Option<u64>,
 }
+
+/// Bytes an ended process keeps in memory once its output is cold: its latest output for the
+/// usual short views; older bytes are read from the spool (RELIABILITY, issue 16 item 7).
+pub const COLD_TAIL_BYTES: usize = 16 * 1024;
 
 /// One step of a forward walk over the log (see [`OutputLog::walk`]).
 enum Piece<'a> {
@@ -260,6 +267,7 @@ impl OutputLog {
                 stderr: StreamTotals::default(),
                 spool: spool_dir.map(|_| SpoolBuffer::new()),
                 closed: false,
+                trimmed_from: None,
             }),
             files: spool_dir.map(|d| Mutex::new(SpoolFiles::create(d, spool_cap))),
             end,
@@ -437,6 +445,44 @@ impl OutputLog {
         self.spool_dir.is_some() && since < self.lock().ring.start()
     }
 
+    /// Whether `q` may read the disk: a forward read of bytes older than the ring (from the
+    /// spool when asked, or of an ended process whose memory was released), or a latest view
+    /// of such a process.
+    pub fn query_touches_disk(&self, q: &ReadQuery) -> bool {
+        if self.spool_dir.is_none() {
+            return false;
+        }
+        let inner = self.lock();
+        match q.since {
+            Some(since) => {
+                since < inner.ring.start() && (q.use_spool || inner.trimmed_from.is_some())
+            }
+            None => inner.trimmed_from.is_some(),
+        }
+    }
+
+    /// Cuts the ring of a complete log to its newest [`COLD_TAIL_BYTES`] when the spool holds
+    /// every byte the ring held (no write failed, nothing dropped); reads of the rest then come
+    /// from the spool, answering exactly as before. Returns whether memory was released.
+    pub fn release_memory(&self) -> bool {
+        let mut inner = self.lock();
+        if !inner.closed || inner.trimmed_from.is_some() || inner.ring.len() <= COLD_TAIL_BYTES {
+            return false;
+        }
+        if self.spool_dir.is_none() || inner.spool.as_ref().is_some_and(SpoolBuffer::disabled) {
+            return false;
+        }
+        // Taking the files' lock after `inner` keeps the lock order; a log restored from disk
+        // has no files and its ring came from the disk, so the disk holds it.
+        if self.lock_files().is_some_and(|f| f.dropped > 0) {
+            return false;
+        }
+        let floor = inner.ring.start();
+        inner.ring = inner.ring.tail(COLD_TAIL_BYTES);
+        inner.trimmed_from = Some(floor);
+        true
+    }
+
     /// Reads a window of output (see [`ReadQuery`]).
     pub fn read(&self, q: &ReadQuery) -> ReadResult {
         let max = q.max_bytes.max(1);
@@ -455,7 +501,21 @@ impl OutputLog {
             None => {
                 let inner = self.lock();
                 let end = inner.next_seq;
-                Self::read_latest(&inner, end, max, q.streams, q.tail_lines)
+                let r = Self::read_latest(&inner.ring, end, max, q.streams, q.tail_lines);
+                let Some(floor) = inner.trimmed_from else {
+                    return r;
+                };
+                if r.first_seq > inner.ring.start() || floor >= inner.ring.start() {
+                    return r;
+                }
+                // The window wants more than the tail an ended process kept: rebuild its old
+                // ring from disk and answer from that, exactly as before the memory was released.
+                let capacity = usize::try_from(end - floor).unwrap_or(usize::MAX);
+                drop(inner);
+                match self.ring_from_disk(floor, end, capacity) {
+                    Some(ring) => Self::read_latest(&ring, end, max, q.streams, q.tail_lines),
+                    None => r,
+                }
             }
         }
     }
@@ -515,65 +575,86 @@ impl OutputLog {
         visit: &mut dyn FnMut(Piece<'_>) -> ControlFlow<()>,
     ) -> Walked {
         let mut cursor = since;
-        let mut disk_tried = false;
+        let mut disk_exhausted = false;
+        let mut retained_from = None;
         loop {
             let inner = self.lock();
             let end = inner.next_seq;
             let ring_start = inner.ring.start();
+            // Where the ring would start had an ended process kept its memory: bytes from here
+            // on read as ring bytes, from disk, with or without `use_spool`.
+            let floor = inner.trimmed_from.unwrap_or(ring_start);
             cursor = cursor.min(end);
+            if cursor < floor && !use_spool {
+                if visit(Piece::Gap(cursor, floor)).is_break() {
+                    return Walked {
+                        end,
+                        retained_from: floor,
+                    };
+                }
+                cursor = floor;
+            }
             if cursor < ring_start
-                && use_spool
-                && !disk_tried
+                && !disk_exhausted
                 && let Some(dir) = self.spool_dir.as_deref()
             {
                 drop(inner);
-                disk_tried = true;
-                if let Some((pieces, disk_start)) =
-                    self.read_disk(dir, cursor, ring_start, disk_max)
-                {
-                    for piece in &pieces {
-                        let flow = match piece {
-                            SpoolPiece::Run(at, stream, bytes) => {
-                                visit(Piece::Bytes(*at, *stream, bytes))
-                            }
-                            SpoolPiece::Missing(from, to) => visit(Piece::Gap(*from, *to)),
+                let Some((pieces, disk_start)) = self.read_disk(dir, cursor, ring_start, disk_max)
+                else {
+                    // Nothing of it on disk: what the ring no longer has is a gap.
+                    disk_exhausted = true;
+                    continue;
+                };
+                retained_from = Some(if use_spool { disk_start } else { floor });
+                for piece in &pieces {
+                    let (flow, piece_end) = match piece {
+                        SpoolPiece::Run(at, stream, bytes) => (
+                            visit(Piece::Bytes(*at, *stream, bytes)),
+                            at + bytes.len() as u64,
+                        ),
+                        SpoolPiece::Missing(from, to) => (visit(Piece::Gap(*from, *to)), *to),
+                    };
+                    if flow.is_break() {
+                        return Walked {
+                            end,
+                            retained_from: retained_from.unwrap_or(floor),
                         };
-                        if flow.is_break() {
-                            break;
-                        }
                     }
+                    cursor = piece_end;
+                }
+                if use_spool && cursor < ring_start {
+                    // One disk read per `use_spool` page (it may reach back 64 MiB); the next
+                    // page goes on from `next_seq`. Bytes an ended process released are read
+                    // on until the ring, since they stand for ring bytes.
                     return Walked {
                         end,
-                        retained_from: disk_start,
+                        retained_from: retained_from.unwrap_or(floor),
                     };
                 }
-                // Nothing of it on disk: look at the ring again (it may have moved meanwhile).
+                // Go on from the disk or into the ring, which may have moved meanwhile: bytes it
+                // lost since are a gap, which ends a page that already has bytes.
                 continue;
             }
             if cursor < ring_start {
                 if visit(Piece::Gap(cursor, ring_start)).is_break() {
                     return Walked {
                         end,
-                        retained_from: ring_start,
+                        retained_from: retained_from.unwrap_or(ring_start),
                     };
                 }
                 cursor = ring_start;
             }
-            Self::walk_ring(&inner, cursor, visit);
+            Self::walk_ring(&inner.ring, cursor, visit);
             return Walked {
                 end,
-                retained_from: ring_start,
+                retained_from: retained_from.unwrap_or(floor),
             };
         }
     }
 
     /// The ring's part of a walk, from `cursor` (not before the ring's start) on.
-    fn walk_ring(
-        inner: &LogInner,
-        cursor: u64,
-        visit: &mut dyn FnMut(Piece<'_>) -> ControlFlow<()>,
-    ) {
-        for chunk in inner.ring.chunks() {
+    fn walk_ring(ring: &Ring, cursor: u64, visit: &mut dyn FnMut(Piece<'_>) -> ControlFlow<()>) {
+        for chunk in ring.chunks() {
             if chunk.end() <= cursor {
                 continue;
             }
@@ -583,6 +664,33 @@ impl OutputLog {
                 return;
             }
         }
+    }
+
+    /// The bytes `[from, end)` from disk as a ring, when the disk has all of them.
+    fn ring_from_disk(&self, from: u64, end: u64, capacity: usize) -> Option<Ring> {
+        let reader = SpoolReader::open(self.spool_dir.as_deref()?).ok()?;
+        let mut ring = Ring::new(capacity, from);
+        let mut seq = from;
+        while seq < end {
+            let want = usize::try_from(end - seq)
+                .unwrap_or(usize::MAX)
+                .min(1 << 20);
+            let pieces = reader.read(seq, want).ok()?;
+            if pieces.is_empty() {
+                return None;
+            }
+            for piece in pieces {
+                let SpoolPiece::Run(at, stream, bytes) = piece else {
+                    return None;
+                };
+                if at != seq {
+                    return None;
+                }
+                ring.push(stream, &bytes);
+                seq += bytes.len() as u64;
+            }
+        }
+        Some(ring)
     }
 
     /// Reads what the spool has of `[since, ring_start)`, at most `max` bytes: pieces in order
@@ -621,19 +729,19 @@ impl OutputLog {
     }
 
     fn read_latest(
-        inner: &LogInner,
+        ring: &Ring,
         end: u64,
         max: usize,
         streams: StreamFilter,
         tail_lines: Option<u32>,
     ) -> ReadResult {
-        let ring_start = inner.ring.start();
+        let ring_start = ring.start();
         // Walk back from the end to find where the window starts.
         let mut first = end;
         let mut taken = [0usize; 2];
         let mut lines_left = tail_lines.map(|n| u64::from(n.max(1)));
         let mut at_end = true;
-        'chunks: for chunk in inner.ring.chunks().rev() {
+        'chunks: for chunk in ring.chunks().rev() {
             let bytes = chunk.bytes();
             if !streams.selects(chunk.stream) {
                 first = chunk.start;
@@ -674,16 +782,12 @@ impl OutputLog {
             }
         }
         // Start on a character, not in the middle of one.
-        if let Some(chunk) = inner
-            .ring
-            .chunks()
-            .find(|c| c.start <= first && first < c.end())
-        {
+        if let Some(chunk) = ring.chunks().find(|c| c.start <= first && first < c.end()) {
             let skip = usize::try_from(first - chunk.start).unwrap_or(0);
             first += continuation_prefix(&chunk.bytes()[skip..]) as u64;
         }
         let mut page = Page::new(first, usize::MAX, streams);
-        Self::walk_ring(inner, first, &mut |p| page.feed(p));
+        Self::walk_ring(ring, first, &mut |p| page.feed(p));
         let mut r = page.finish(end, ring_start);
         r.truncated = first > 1;
         r.has_more = false;
@@ -941,19 +1045,27 @@ mod tests {
         log.append(Stream::Stdout, b"first-");
         log.append(Stream::Stderr, b"second-");
         log.append(Stream::Stdout, b"third");
+        // The disk has what the ring lost; the page goes on into the ring.
         let r = log.read(&ReadQuery {
             use_spool: true,
             ..q(Some(1), 1000)
         });
         assert!(!r.truncated);
-        assert_eq!(r.stdout, b"first-");
-        assert_eq!(r.stderr, b"seco");
+        assert_eq!(r.stdout, b"first-third");
+        assert_eq!(r.stderr, b"second-");
+        assert!(!r.has_more);
+        // A small page stops in the disk part; the next one continues exactly there.
+        let small = log.read(&ReadQuery {
+            use_spool: true,
+            ..q(Some(1), 4)
+        });
+        assert_eq!(small.stdout, b"firs");
         let rest = log.read(&ReadQuery {
             use_spool: true,
-            ..q(Some(r.next_seq), 1000)
+            ..q(Some(small.next_seq), 1000)
         });
-        assert_eq!(rest.stderr, b"nd-");
-        assert_eq!(rest.stdout, b"third");
+        assert_eq!(rest.stdout, b"t-third");
+        assert_eq!(rest.stderr, b"second-");
         drop(log);
 
         let restored = OutputLog::restore(8, dir.path());
@@ -966,7 +1078,7 @@ mod tests {
             use_spool: true,
             ..q(Some(1), 1000)
         });
-        assert_eq!(all.stdout, b"first-");
+        assert_eq!(all.stdout, b"first-third");
     }
 
     fn on_disk(dir: &Path) -> Vec<u8> {
@@ -1076,5 +1188,89 @@ mod tests {
                 (true, 9, "ccccdddd".to_string()),
             ]
         );
+    }
+
+    /// Issue 16 item 7: an ended process's ring is released once cold, and every read answers
+    /// exactly as before: forward pages without `use_spool`, latest views of any size, tails.
+    #[test]
+    fn released_memory_reads_exactly_as_before() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = OutputLog::new(200_000, Some(dir.path()), 1 << 30);
+        for i in 0..6000u32 {
+            let (s, line) = if i % 7 == 0 {
+                (Stream::Stderr, format!("warning {i}\n"))
+            } else {
+                (Stream::Stdout, format!("output line number {i} ü\n"))
+            };
+            log.append(s, line.as_bytes());
+        }
+        log.close();
+        let queries = [
+            q(Some(1), 1 << 20),
+            q(Some(100_000), 5000),
+            q(Some(150_001), 333),
+            q(None, 20_000),
+            q(None, 150_000),
+            ReadQuery {
+                tail_lines: Some(3000),
+                ..q(None, 1 << 20)
+            },
+            ReadQuery {
+                streams: StreamFilter::Stderr,
+                ..q(Some(120_000), 4096)
+            },
+            ReadQuery {
+                use_spool: true,
+                ..q(Some(1), 100_000)
+            },
+        ];
+        let before: Vec<ReadResult> = queries.iter().map(|q| log.read(q)).collect();
+        let pages_before = log.read_runs(90_000, 50_000, StreamFilter::Both);
+        assert!(log.release_memory());
+        assert!(log.lock().ring.len() <= COLD_TAIL_BYTES);
+        assert!(!log.release_memory(), "released once");
+        for (q, want) in queries.iter().zip(&before) {
+            let got = log.read(q);
+            // Compared field by field: a failing assert of whole pages would print megabytes.
+            assert!(got.stdout == want.stdout, "stdout differs for {q:?}");
+            assert!(got.stderr == want.stderr, "stderr differs for {q:?}");
+            assert_eq!(
+                (got.first_seq, got.next_seq, got.truncated, got.has_more),
+                (want.first_seq, want.next_seq, want.truncated, want.has_more),
+                "{q:?}"
+            );
+        }
+        let pages_after = log.read_runs(90_000, 50_000, StreamFilter::Both);
+        // Runs may be cut differently (disk runs vs ring chunks); their bytes may not.
+        let merged = |runs: &[Run]| {
+            let mut out: Vec<Run> = Vec::new();
+            for (seq, stream, bytes) in runs {
+                match out.last_mut() {
+                    Some((s, st, b)) if st == stream && *s + b.len() as u64 == *seq => {
+                        b.extend_from_slice(bytes)
+                    }
+                    _ => out.push((*seq, *stream, bytes.clone())),
+                }
+            }
+            out
+        };
+        assert!(
+            merged(&pages_after.runs) == merged(&pages_before.runs),
+            "runs differ"
+        );
+        assert_eq!(pages_after.next, pages_before.next);
+        assert_eq!(pages_after.gap, pages_before.gap);
+    }
+
+    #[test]
+    fn a_running_log_or_one_without_a_spool_keeps_its_memory() {
+        let log = OutputLog::new(1 << 20, None, 0);
+        log.append(Stream::Stdout, &vec![b'x'; 100_000]);
+        log.close();
+        assert!(!log.release_memory(), "no spool: the ring is the only copy");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let live = OutputLog::new(1 << 20, Some(dir.path()), 1 << 30);
+        live.append(Stream::Stdout, &vec![b'x'; 100_000]);
+        assert!(!live.release_memory(), "still running");
     }
 }

@@ -132,8 +132,27 @@ impl Ring {
         self.chunks.iter()
     }
 
+    /// A fresh ring holding only the newest `keep` bytes of this one, in allocations of their
+    /// own size: what an ended process keeps in memory once the spool has the rest.
+    pub fn tail(&self, keep: usize) -> Ring {
+        let from = self.end().saturating_sub(keep as u64).max(self.start);
+        let mut tail = Ring::new(keep, from);
+        for chunk in &self.chunks {
+            if chunk.end() <= from {
+                continue;
+            }
+            let skip = usize::try_from(from.saturating_sub(chunk.start)).unwrap_or(0);
+            tail.push(chunk.stream, &chunk.bytes()[skip..]);
+        }
+        tail
+    }
+
+    /// Sequence number after the newest byte.
+    pub fn end(&self) -> u64 {
+        self.start + self.len as u64
+    }
+
     /// Bytes currently held.
-    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.len
     }

@@ -45,20 +45,25 @@ pub(super) async fn read(
     // State first, output second: if the process ends in between, the output is at least as new
     // as the status says.
     let process = proc.info();
-    let out = match q.since {
-        // Bytes older than the ring come from disk: not on a runtime worker.
-        Some(since) if q.use_spool && proc.output.needs_disk(since) => {
-            let proc = proc.clone();
-            tokio::task::spawn_blocking(move || proc.output.read(&q))
-                .await
-                .map_err(|e| ErrorKind::Internal.status(format!("reading the spool failed: {e}")))?
-        }
-        _ => proc.output.read(&q),
-    };
+    let out = read_output(&proc, q).await?;
     Ok(pb::ReadResponse {
         process: Some(process),
         output: Some(output_to_pb(out)),
     })
+}
+
+/// Reads output; a read that reaches the disk runs on a blocking thread, not a runtime worker.
+async fn read_output(
+    proc: &Arc<ManagedProcess>,
+    q: ReadQuery,
+) -> Result<crate::output::ReadResult, tonic::Status> {
+    if !proc.output.query_touches_disk(&q) {
+        return Ok(proc.output.read(&q));
+    }
+    let proc = proc.clone();
+    tokio::task::spawn_blocking(move || proc.output.read(&q))
+        .await
+        .map_err(|e| ErrorKind::Internal.status(format!("reading the spool failed: {e}")))
 }
 
 /// A forward cursor over a process's output that waits for news: the one loop behind `follow`
@@ -359,13 +364,17 @@ pub(super) async fn wait(
         )));
     }
     let process = proc.info();
-    let out = proc.output.read(&ReadQuery {
-        since: None,
-        max_bytes: max_out,
-        streams,
-        tail_lines: None,
-        use_spool: false,
-    });
+    let out = read_output(
+        &proc,
+        ReadQuery {
+            since: None,
+            max_bytes: max_out,
+            streams,
+            tail_lines: None,
+            use_spool: false,
+        },
+    )
+    .await?;
     let (result, matched_line, matched_seq) = match outcome {
         WaitOutcome::Exited => (pb::WaitResult::Exited, Vec::new(), None),
         WaitOutcome::Deadline | WaitOutcome::ShuttingDown => {
