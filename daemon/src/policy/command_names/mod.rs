@@ -1,4 +1,5 @@
-//! Program names of every simple command a shell command line would run.
+//! Program names of every simple command a shell command line would run, and the
+//! redirections in it that write files.
 //!
 //! The policy layer checks each name against `ALLOW_COMMANDS`, so this module is a
 //! security boundary: anything it cannot see must be refused, never skipped.
@@ -10,12 +11,19 @@
 //! AST, re-parse every word into its pieces and recurse into each substitution.
 //!
 //! # What is returned
-//! The command word of each simple command after quote removal (`'ls'`, `"ls"`,
+//! An [`Inspection`]. Its `programs` are the command word of each simple command after
+//! quote removal (`'ls'`, `"ls"`,
 //! `l\s` → `ls`), in source order of first appearance, duplicates removed. Paths stay
 //! as written (`/bin/rm` is not `rm`). Builtins and wrappers are not looked through:
 //! `env rm` yields `env`, `eval "rm"` yields `eval`. `time ls` yields `time`, `ls`
 //! (a program under dash). Function bodies count even if never called
 //! (`ls() { rm x; }; ls` yields `rm`, `ls`).
+//!
+//! Its `file_writes` are the operators (`>`, `2>>`, `>|`, `<>`, `>&`) of every
+//! redirection that opens a file for writing, anywhere in the line, in source order:
+//! any target but a literal `/dev/null` or a process substitution `>(…)`, and `>&`
+//! with anything but a descriptor number or `-` (bash reads `>&file` as `&>file`).
+//! Input (`<`, `<&`), here-documents and here-strings are not writes.
 //!
 //! # What is refused
 //! * [`CommandParseError::Syntax`]:
@@ -29,8 +37,8 @@
 //!     (`~99999999999`, `99999999999>x`), a quote or expansion running past the end
 //!     of a line that has `<<` (panics or mangled words), words that do not match the
 //!     source text, and unquoted here-document bodies whose expansions cannot be
-//!     isolated in linear time. Parsing runs on its own thread with a 64 MiB stack,
-//!     and any remaining parser panic becomes a refusal too.
+//!     isolated in linear time. Parsing runs on a dedicated thread with a 64 MiB stack
+//!     ([`parser_thread`]), and any remaining parser panic becomes a refusal too.
 //! * [`CommandParseError::Dynamic`]:
 //!   - a command word with an expansion: `$X`, `${X}`, `$(…)`, backticks, `$((…))`,
 //!     globs (`l*`, `l?`, `[a]b`), braces `{a,b}`, tilde `~/bin/x`;
@@ -40,27 +48,47 @@
 //!   - `${!x}` and `${x@P}` (indirection and prompt expansion run code from values);
 //!   - backquoted substitutions containing a backslash (bash unescapes `\$` there,
 //!     brush does not, so `` `echo \$(rm x)` `` would otherwise hide `rm`);
-//!   - assignments to [`RISKY_VARIABLES`] such as `PATH` or `LD_PRELOAD` (by `=`,
-//!     `for` or `${…:=…}`), which change what an allowed name runs.
+//!   - assignments to a variable that changes what an allowed name runs or loads, as
+//!     [`why_risky`] decides (`PATH`, `LD_PRELOAD`, …), by `=`, `for` or `${…:=…}`,
+//!     or by a builtin that sets variables named in its arguments ([`ASSIGNING`]:
+//!     `export "PATH=/x"`, `env 'LD_PRELOAD=x' ls`, `read PATH`, `printf -v PATH`),
+//!     including such arguments whose name part is not literal (`export "$X"`), `env -S`
+//!     (it splits a string into assignments) and namerefs (`declare -n`).
 //!
 //! # Not covered (the allowlist must handle it)
 //! Builtins that run code taken from their arguments or from variable values:
 //! `eval`, `source`/`.`, `exec`, `command`, `builtin`, `trap`, `alias` (dash expands
 //! aliases even in `sh -c`), `let`, `declare`/`typeset`/`local`/`readonly`, `read`,
 //! `mapfile`, `printf -v`, `getopts`, `hash`, `enable`, and `test`/`[` with
-//! `-v 'a[$(rm x)]'` under bash. Quoted arguments of declaration builtins
-//! (`export "PATH=/x"`) also escape the [`RISKY_VARIABLES`] check. dash runs the
-//! `function` of `function f {⏎…⏎}` as a program; it is not reported.
+//! `-v 'a[$(rm x)]'` under bash (the names these builtins assign are checked, the code
+//! they may run is not). dash runs the `function` of `function f {⏎…⏎}` as a program;
+//! it is not reported.
+
+mod parser_thread;
 
 use std::collections::HashSet;
 use std::io::BufReader;
 
 use brush_parser::ast::{
     self, AssignmentName, AssignmentValue, Command, CommandPrefixOrSuffixItem as Item,
-    CompoundCommand as Compound, IoFileRedirectTarget as Target, IoRedirect,
+    CompoundCommand as Compound, IoFileRedirectKind as Kind, IoFileRedirectTarget as Target,
+    IoRedirect,
 };
 use brush_parser::word::{self, Parameter, ParameterExpr, ParameterTransformOp, WordPiece};
 use brush_parser::{Parser, ParserOptions, Token, tokenize_str_with_options};
+
+pub use parser_thread::{inspect, inspect_blocking};
+
+use super::risky_env::why_risky;
+
+/// What a command line would do that the policy judges.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inspection {
+    /// Program names, in source order of first appearance, without repeats.
+    pub programs: Vec<String>,
+    /// Operators of redirections that write files (`>`, `2>>`, …), in source order.
+    pub file_writes: Vec<String>,
+}
 
 /// Why a command line was refused by the parser-based check.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -91,20 +119,21 @@ const NESTING_KEYWORDS: &[&str] = &[
     "if", "elif", "while", "until", "for", "case", "select", "function", "coproc",
 ];
 
-/// Variables whose assignment changes which binary an allowed name runs, or makes
-/// the shell or the loader run extra code.
-pub const RISKY_VARIABLES: &[&str] = &[
-    "PATH",
-    "LD_PRELOAD",
-    "LD_LIBRARY_PATH",
-    "LD_AUDIT",
-    "BASH_ENV",
-    "ENV",
-    "SHELLOPTS",
-    "BASHOPTS",
-    "PS4",
-    "PROMPT_COMMAND",
-    "EXECIGNORE",
+/// Builtins (and `env`) that set, export or read into variables named by their
+/// arguments; each argument's name is checked like an assignment.
+pub const ASSIGNING: &[&str] = &[
+    "export",
+    "readonly",
+    "declare",
+    "typeset",
+    "local",
+    "env",
+    "read",
+    "getopts",
+    "mapfile",
+    "readarray",
+    "let",
+    "printf",
 ];
 
 /// Result of one step of the walk; the error aborts the whole check.
@@ -127,10 +156,17 @@ fn dynamic(why: impl ToString) -> CommandParseError {
 }
 
 /// Program names of every simple command in `line`, in source order of first
-/// appearance with duplicates removed.
+/// appearance with duplicates removed. Blocks the calling thread while the parser
+/// thread works: for tests and synchronous callers, never for async code.
 pub fn program_names(line: &str) -> Result<Vec<String>, CommandParseError> {
+    inspect_blocking(line).map(|inspection| inspection.programs)
+}
+
+/// Inspects `line` on the calling thread: the cheap guards, then the parse and walk.
+/// Only the parser thread calls this (brush needs its big stack).
+fn inspect_here(line: &str) -> Result<Inspection, CommandParseError> {
     if line.trim().is_empty() {
-        return Ok(Vec::new());
+        return Ok(Inspection::default());
     }
     if line.len() > MAX_LINE_BYTES {
         return Err(syntax(format!("line longer than {MAX_LINE_BYTES} bytes")));
@@ -146,30 +182,24 @@ pub fn program_names(line: &str) -> Result<Vec<String>, CommandParseError> {
             "a quote or expansion spans lines after `<<`; end the line first",
         ));
     }
-    // A dedicated thread gives brush a known stack whatever thread calls us, and
-    // turns a parser panic into a refusal instead of unwinding into the caller.
-    std::thread::scope(|scope| {
-        std::thread::Builder::new()
-            .name("command-names".into())
-            .stack_size(PARSER_STACK_BYTES)
-            .spawn_scoped(scope, || collect(line))
-            .map_err(|e| syntax(format!("cannot start the parser: {e}")))?
-            .join()
-            .map_err(|_| syntax("the parser panicked"))?
-    })
+    collect(line)
 }
 
 /// Walks `line` and removes repeated names, keeping the first occurrence.
-fn collect(line: &str) -> Result<Vec<String>, CommandParseError> {
+fn collect(line: &str) -> Result<Inspection, CommandParseError> {
     let mut walker = Walker {
         options: ParserOptions::default(),
         names: Vec::new(),
+        writes: Vec::new(),
         spans: Vec::new(),
     };
     walker.source(line)?;
     let mut seen = HashSet::new();
     walker.names.retain(|name| seen.insert(name.clone()));
-    Ok(walker.names)
+    Ok(Inspection {
+        programs: walker.names,
+        file_writes: walker.writes,
+    })
 }
 
 /// Upper bound on how deeply brush (and this walk) will recurse for `line`.
@@ -251,6 +281,8 @@ struct Walker {
     options: ParserOptions,
     /// Names in the order found, duplicates included (removed by the caller).
     names: Vec<String>,
+    /// Operators of the redirections that write files, in the order found.
+    writes: Vec<String>,
     /// Character span and text of each tokenizer word met in the source being walked.
     spans: Vec<(usize, usize, String)>,
 }
@@ -358,16 +390,87 @@ impl Walker {
         for item in simple.prefix.iter().flat_map(|p| &p.0) {
             self.item(item)?;
         }
+        let mut program_name = None;
         if let Some(program) = &simple.word_or_name {
             self.word(program)?;
-            self.names
-                .push(literal_program(&program.value, &self.options)?);
+            let name = literal_program(&program.value, &self.options)?;
+            program_name = Some(name.clone());
+            self.names.push(name);
         }
-        simple
-            .suffix
-            .iter()
-            .flat_map(|s| &s.0)
-            .try_for_each(|item| self.item(item))
+        let suffix = simple.suffix.iter().flat_map(|s| &s.0);
+        suffix.clone().try_for_each(|item| self.item(item))?;
+        match program_name {
+            Some(program) if ASSIGNING.contains(&program.as_str()) => {
+                let arguments = suffix.filter_map(|item| match item {
+                    Item::Word(w) => Some(w),
+                    _ => None,
+                });
+                self.assigning_builtin(&program, arguments)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks the variable names an assigning builtin ([`ASSIGNING`]) takes from its
+    /// word arguments (assignment words were checked as assignments already).
+    ///
+    /// Every argument is taken for a name (`read PATH`), an assignment
+    /// (`export "PATH=/x"`) or options (`printf -vPATH`, where every tail of the option
+    /// text is tried as a name); over-reading merely refuses an odd line. `env` stops at
+    /// its command word, whose arguments are not its own.
+    fn assigning_builtin<'a>(
+        &self,
+        program: &str,
+        arguments: impl Iterator<Item = &'a ast::Word>,
+    ) -> Step {
+        let arguments: Vec<(String, bool)> = arguments
+            .map(|w| leading_literal(&w.value, &self.options))
+            .collect::<Result<_, _>>()?;
+        // printf assigns only with `-v` first (a first argument that is not literal might
+        // expand to it); otherwise its arguments are data.
+        let printf_prints =
+            |(text, complete): &(String, bool)| *complete && !text.starts_with("-v");
+        if program == "printf" && arguments.first().is_none_or(printf_prints) {
+            return Ok(());
+        }
+        for (text, complete) in arguments {
+            let (name, _value) = text.split_once('=').unwrap_or((&text, ""));
+            if !complete && name.len() == text.len() {
+                return Err(dynamic(format!(
+                    "`{program}` gets an argument whose variable name is not literal"
+                )));
+            }
+            if let Some(options) = name.strip_prefix('-') {
+                let short = !options.starts_with('-');
+                if program == "env" && (short && options.contains('S') || options.starts_with("-s"))
+                {
+                    return Err(dynamic(
+                        "`env -S` splits a string into assignments and a command",
+                    ));
+                }
+                if matches!(program, "declare" | "typeset" | "local")
+                    && short
+                    && options.contains('n')
+                {
+                    return Err(dynamic(format!(
+                        "`{program} -n` assigns through another name"
+                    )));
+                }
+                for candidate in text.split('=') {
+                    for (at, _) in candidate.char_indices() {
+                        check_assigned(&candidate[at..])?;
+                    }
+                }
+                continue;
+            }
+            // `a[1]=v` sets `a`, `a+=v` appends to it.
+            let name = name.split('[').next().unwrap_or_default();
+            check_assigned(name.strip_suffix('+').unwrap_or(name))?;
+            if program == "env" && !text.contains('=') {
+                break; // the command env runs; the rest are its arguments
+            }
+        }
+        Ok(())
     }
 
     /// Inspects one prefix or suffix item of a simple command.
@@ -406,6 +509,12 @@ impl Walker {
 
     /// Inspects a redirection target, here-string, here-document or `<(…)`.
     fn redirect(&mut self, redirect: &IoRedirect) -> Step {
+        if let IoRedirect::File(fd, kind, target) = redirect
+            && writes_file(kind, target, &self.options)
+        {
+            let fd = fd.map(|n| n.to_string()).unwrap_or_default();
+            self.writes.push(format!("{fd}{kind}"));
+        }
         match redirect {
             IoRedirect::File(_, _, Target::Filename(w) | Target::Duplicate(w))
             | IoRedirect::HereString(_, w) => self.word(w),
@@ -641,6 +750,57 @@ fn expansion_end(body: &str, start: usize) -> Result<usize, CommandParseError> {
     }
 }
 
+/// Whether a `File` redirection opens a file for writing: see the module documentation.
+fn writes_file(kind: &Kind, target: &Target, options: &ParserOptions) -> bool {
+    let literal = |w: &ast::Word| literal_program(&w.value, options).ok();
+    match (kind, target) {
+        (Kind::Read | Kind::DuplicateInput, _) => false,
+        (_, Target::Fd(_) | Target::ProcessSubstitution(..)) => false,
+        (Kind::DuplicateOutput, Target::Duplicate(w)) => !literal(w).is_some_and(|t| {
+            let fd = t.strip_suffix('-').unwrap_or(&t);
+            fd.bytes().all(|b| b.is_ascii_digit()) || t == "/dev/null"
+        }),
+        (_, Target::Filename(w) | Target::Duplicate(w)) => {
+            literal(w).is_none_or(|t| t != "/dev/null")
+        }
+    }
+}
+
+/// The literal text a word starts with after quote removal, up to its first expansion
+/// or unquoted pattern character, and whether that is the whole word.
+fn leading_literal(
+    raw: &str,
+    options: &ParserOptions,
+) -> Result<(String, bool), CommandParseError> {
+    let pieces = word::parse(raw, options).map_err(syntax)?;
+    let mut text = String::new();
+    for piece in &pieces {
+        match &piece.piece {
+            WordPiece::Text(t) => match t.find(['*', '?', '[', '{', '(']) {
+                Some(at) => {
+                    text.push_str(&t[..at]);
+                    return Ok((text, false));
+                }
+                None => text.push_str(t),
+            },
+            WordPiece::SingleQuotedText(t) => text.push_str(t),
+            WordPiece::EscapeSequence(escape) => text.extend(escape.chars().skip(1)),
+            WordPiece::DoubleQuotedSequence(inner)
+            | WordPiece::GettextDoubleQuotedSequence(inner) => {
+                for piece in inner {
+                    match &piece.piece {
+                        WordPiece::Text(t) => text.push_str(t),
+                        WordPiece::EscapeSequence(escape) => text.extend(escape.chars().skip(1)),
+                        _ => return Ok((text, false)),
+                    }
+                }
+            }
+            _ => return Ok((text, false)),
+        }
+    }
+    Ok((text, true))
+}
+
 /// Quote-removed text of a command word, refused if any part of it is expanded.
 fn literal_program(raw: &str, options: &ParserOptions) -> Result<String, CommandParseError> {
     let refuse = |what: &str| dynamic(format!("`{raw}` {what}"));
@@ -727,15 +887,15 @@ fn check_arithmetic(text: &str) -> Step {
     Ok(())
 }
 
-/// Refuses assigning a variable from [`RISKY_VARIABLES`] (by `=`, `for`, `coproc`
-/// or `${…:=…}`).
+/// Refuses assigning a variable that [`why_risky`] refuses (by `=`, `for`, `${…:=…}`
+/// or an [`ASSIGNING`] builtin).
 fn check_assigned(name: &str) -> Step {
-    if RISKY_VARIABLES.contains(&name) {
-        return Err(dynamic(format!(
-            "assigning {name} changes what programs run"
-        )));
+    match why_risky(name) {
+        Some(why) => Err(dynamic(format!(
+            "assigning {name} may change what programs run or load: {why}"
+        ))),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Accepts only here-document delimiters that bash and dash unquote alike: a plain

@@ -460,3 +460,129 @@ fn garbage_never_panics() {
         let _ = collect(&line);
     }
 }
+
+/// What `line` writes, per [`Inspection::file_writes`]; fails the test on refusal.
+fn writes(line: &str) -> Vec<String> {
+    inspect_blocking(line)
+        .unwrap_or_else(|e| panic!("{line:?} refused: {e}"))
+        .file_writes
+}
+
+#[test]
+fn redirections_that_write_files_are_reported() {
+    for (line, expected) in [
+        ("echo x > f", ">"),
+        ("echo x >> f", ">>"),
+        ("ls >| f", ">|"),
+        ("ls 2>f", "2>"),
+        ("ls 2>>f", "2>>"),
+        ("cat 3<>f", "3<>"),
+        ("ls >&f", ">&"),
+        ("ls >&\"$f\"", ">&"),
+        ("ls > \"/dev/null\"x", ">"),
+        ("ls > $DEV", ">"),
+        ("ls > /dev/nul?", ">"),
+        ("{ ls; } > f", ">"),
+        ("f() { ls > g; }", ">"),
+        ("echo $(ls > f)", ">"),
+        ("cat <<EOF\n$(ls > f)\nEOF", ">"),
+        ("exec 3>f", "3>"),
+    ] {
+        assert_eq!(writes(line), [expected], "for {line:?}");
+    }
+    assert_eq!(writes("ls > a 2>> b"), [">", "2>>"]);
+}
+
+#[test]
+fn input_null_and_duplications_are_not_writes() {
+    for line in [
+        "ls > /dev/null",
+        "ls 2>/dev/null >'/dev/null'",
+        "ls >> /dev/null 2>&1",
+        "ls 2>&1",
+        "ls 1>&2 3>&- 4>&1-",
+        "ls >&/dev/null",
+        "ls |& cat",
+        "cat < f",
+        "cat 0<&3",
+        "cat <<EOF\nbody > f\nEOF",
+        "cat <<< 'x > f'",
+        "ls > >(cat)",
+        "echo '>' \">\" \\> f",
+        "ls # > f",
+    ] {
+        assert_eq!(writes(line), Vec::<String>::new(), "for {line:?}");
+    }
+    // The names are still all reported.
+    assert_eq!(names("ls > >(cat) 2>&1"), ["ls", "cat"]);
+}
+
+#[test]
+fn risky_variables_follow_the_shared_rule() {
+    for line in [
+        "NODE_OPTIONS=--require=x node",
+        "GIT_SSH_COMMAND=x git fetch",
+        "path=/tmp ls",
+        "PYTHONPATH=. python3",
+        "JAVA_TOOL_OPTIONS=x java",
+        "for IFS in x; do ls; done",
+        ": ${LD_AUDIT:=x}",
+    ] {
+        refused_dynamic(line);
+    }
+    check("GIT_AUTHOR_NAME=x git commit", &["git"]);
+    check("LANG=C RUST_LOG=debug ls", &["ls"]);
+}
+
+#[test]
+fn assigning_builtins_check_the_names_they_set() {
+    for line in [
+        "export \"PATH=/x\"",
+        "export 'LD_PRELOAD'=x",
+        "export P\"ATH\"=/x",
+        "readonly \"BASH_ENV=x\"",
+        "declare -x \"PATH=/x\"",
+        "typeset \"PATH\"",
+        "local \"IFS= \"",
+        "env \"PATH=/x\" ls",
+        "env -i 'LD_PRELOAD=x' ls",
+        "env --unset=PATH ls",
+        "env -u PATH ls",
+        "read PATH",
+        "read -r a PATH",
+        "getopts ab PATH",
+        "mapfile PATH",
+        "printf -v PATH x",
+        "printf -vPATH x",
+        "let \"PATH=1\"",
+    ] {
+        refused_dynamic(line);
+    }
+    // Names the check cannot read, and the builtins' indirect forms.
+    for line in [
+        "export \"$X\"",
+        "export \"$X=1\"",
+        "env \"$A\" ls",
+        "env P?TH=/x ls",
+        "env -S 'PATH=/x ls'",
+        "env --split-string='PATH=/x ls'",
+        "declare -n ref=PATH",
+        "local -n ref",
+        "read \"$name\"",
+        "printf \"$opt\" PATH x",
+    ] {
+        refused_dynamic(line);
+    }
+    check(
+        "export \"A=1\" B=\"$x\" 'C'=$(ls); env 'D=1' ls \"$f\" PATH",
+        &["export", "ls", "env"],
+    );
+    check(
+        "read -r line; printf '%s' PATH \"$x\"; printf '-v'",
+        &["read", "printf"],
+    );
+    check(
+        "declare -x MY_VAR=1; env -i TERM=dumb ls",
+        &["declare", "env"],
+    );
+}
