@@ -87,6 +87,25 @@ async fn allow_commands_refuses_env_that_changes_which_program_runs() {
     assert_denied(&run(&c, exec_req(&inline)).await, "PATH");
     assert!(!marker.exists(), "the planted ls ran under ALLOW_COMMANDS");
 
+    // With `env` and `export` allowed too: quoted names and words split out of an unquoted
+    // expansion set PATH just the same under /bin/sh, and are refused.
+    let wrappers = d.session_with(&[("YIELDSHELL_ALLOW_COMMANDS", "ls,env,export")]);
+    for line in [
+        format!("env 'PATH={planted}' ls"),
+        format!("export \"PATH={planted}\"; ls"),
+        format!("X='1 PATH={planted}'; env A=$X ls"),
+        format!("X='1 PATH={planted}'; export \"A\"=$X; ls"),
+    ] {
+        let r = run(&wrappers, exec_req(&line)).await;
+        assert_eq!(
+            r.status,
+            pb::ExecStatus::FailedToStart as i32,
+            "{line}: {r:?}"
+        );
+        assert_eq!(r.error_kind, "command_denied", "{line}: {r:?}");
+    }
+    assert!(!marker.exists(), "the planted ls ran under ALLOW_COMMANDS");
+
     // Issue 16 exploit 1b: LD_PRELOAD makes an allowed `echo` load a library (refused before
     // any library is needed), and other loader and interpreter variables alike.
     let evil = d.dir.path().join("evil.so");

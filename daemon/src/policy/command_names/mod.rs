@@ -402,7 +402,8 @@ impl Walker {
         match program_name {
             Some(program) if ASSIGNING.contains(&program.as_str()) => {
                 let arguments = suffix.filter_map(|item| match item {
-                    Item::Word(w) => Some(w),
+                    Item::Word(w) => Some((w, false)),
+                    Item::AssignmentWord(_, raw) => Some((raw, true)),
                     _ => None,
                 });
                 self.assigning_builtin(&program, arguments)
@@ -412,28 +413,46 @@ impl Walker {
     }
 
     /// Checks the variable names an assigning builtin ([`ASSIGNING`]) takes from its
-    /// word arguments (assignment words were checked as assignments already).
+    /// arguments, each given with whether brush parsed it as an assignment word.
     ///
     /// Every argument is taken for a name (`read PATH`), an assignment
     /// (`export "PATH=/x"`) or options (`printf -vPATH`, where every tail of the option
     /// text is tried as a name); over-reading merely refuses an odd line. `env` stops at
-    /// its command word, whose arguments are not its own.
+    /// its command word, whose arguments are not its own. An unquoted expansion is
+    /// refused wherever the shell splits it into more words, since one of them could be
+    /// `PATH=/x`: dash and bash split `env A=$X` and `export "A"=$X`, and only spare
+    /// assignment words of the declaration builtins (`export A=$X`).
     fn assigning_builtin<'a>(
         &self,
         program: &str,
-        arguments: impl Iterator<Item = &'a ast::Word>,
+        arguments: impl Iterator<Item = (&'a ast::Word, bool)>,
     ) -> Step {
-        let arguments: Vec<(String, bool)> = arguments
-            .map(|w| leading_literal(&w.value, &self.options))
-            .collect::<Result<_, _>>()?;
+        let declaration = matches!(
+            program,
+            "export" | "readonly" | "declare" | "typeset" | "local"
+        );
+        let arguments: Vec<(String, bool, bool)> = arguments
+            .map(|(w, assignment_word)| {
+                let (text, complete) = leading_literal(&w.value, &self.options)?;
+                let split = !(declaration && assignment_word)
+                    && has_unquoted_expansion(&w.value, &self.options)?;
+                Ok((text, complete, split))
+            })
+            .collect::<Result<_, CommandParseError>>()?;
         // printf assigns only with `-v` first (a first argument that is not literal might
         // expand to it); otherwise its arguments are data.
         let printf_prints =
-            |(text, complete): &(String, bool)| *complete && !text.starts_with("-v");
+            |(text, complete, _): &(String, bool, bool)| *complete && !text.starts_with("-v");
         if program == "printf" && arguments.first().is_none_or(printf_prints) {
             return Ok(());
         }
-        for (text, complete) in arguments {
+        for (text, complete, split) in arguments {
+            if split {
+                return Err(dynamic(format!(
+                    "an unquoted expansion in an argument of `{program}` may split into more \
+                     words, each taken for a variable; quote it"
+                )));
+            }
             let (name, _value) = text.split_once('=').unwrap_or((&text, ""));
             if !complete && name.len() == text.len() {
                 return Err(dynamic(format!(
@@ -799,6 +818,21 @@ fn leading_literal(
         }
     }
     Ok((text, true))
+}
+
+/// Whether a word has an expansion outside double quotes, whose result the shell splits
+/// into more words.
+fn has_unquoted_expansion(raw: &str, options: &ParserOptions) -> Result<bool, CommandParseError> {
+    let pieces = word::parse(raw, options).map_err(syntax)?;
+    Ok(pieces.iter().any(|piece| {
+        matches!(
+            piece.piece,
+            WordPiece::ParameterExpansion(_)
+                | WordPiece::CommandSubstitution(_)
+                | WordPiece::BackquotedCommandSubstitution(_)
+                | WordPiece::ArithmeticExpression(_)
+        )
+    }))
 }
 
 /// Quote-removed text of a command word, refused if any part of it is expanded.

@@ -570,11 +570,18 @@ fn assigning_builtins_check_the_names_they_set() {
         "local -n ref",
         "read \"$name\"",
         "printf \"$opt\" PATH x",
+        // Unquoted expansions split into more words, such as `PATH=/x`, in these places.
+        "env A=$X ls",
+        "env -i A=x$(echo) ls",
+        "export \"A\"=$X",
+        "read -r a b $X",
+        "let A=$X",
+        "printf -v a '%s' $X",
     ] {
         refused_dynamic(line);
     }
     check(
-        "export \"A=1\" B=\"$x\" 'C'=$(ls); env 'D=1' ls \"$f\" PATH",
+        "export \"A=1\" B=\"$x\" 'C'=\"$(ls)\" D=$x E=`ls`; env 'F=1' G=\"$y\" ls $f PATH",
         &["export", "ls", "env"],
     );
     check(
