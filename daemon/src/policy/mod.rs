@@ -332,8 +332,9 @@ impl Policy {
         }
         if let Some(operator) = inspection.file_writes.first() {
             return Err(denied(format!(
-                "redirection `{operator}` writes a file, which {} does not allow; only `>/dev/null`, \
-                 descriptor duplications such as `2>&1`, and input redirections (`<`, `<<`, `<<<`) are allowed",
+                "redirection `{operator}` writes a file, which {} does not allow; only \
+                 `>/dev/null`, descriptor duplications such as `2>&1`, and input \
+                 redirections (`<`, `<<`, `<<<`) are allowed",
                 sc::ENV_ALLOW_COMMANDS
             )));
         }
@@ -352,7 +353,9 @@ impl Policy {
                 return Err(Refusal::new(
                     ErrorKind::CommandDenied,
                     format!(
-                        "environment variable {name} cannot be set while {} is set: {why}, so it may change which program runs or what it loads; set it in the client's own environment instead",
+                        "environment variable {name} cannot be set while {} is set: {why}, so \
+                         it may change which program runs or what it loads; set it in the \
+                         client's own environment instead",
                         sc::ENV_ALLOW_COMMANDS
                     ),
                 ));

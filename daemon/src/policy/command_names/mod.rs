@@ -12,8 +12,8 @@
 //!
 //! # What is returned
 //! An [`Inspection`]. Its `programs` are the command word of each simple command after
-//! quote removal (`'ls'`, `"ls"`,
-//! `l\s` → `ls`), in source order of first appearance, duplicates removed. Paths stay
+//! quote removal (`'ls'`, `"ls"`, `l\s` → `ls`), in source order of first appearance,
+//! duplicates removed. Paths stay
 //! as written (`/bin/rm` is not `rm`). Builtins and wrappers are not looked through:
 //! `env rm` yields `env`, `eval "rm"` yields `eval`. `time ls` yields `time`, `ls`
 //! (a program under dash). Function bodies count even if never called
@@ -52,7 +52,8 @@
 //!     [`why_risky`] decides (`PATH`, `LD_PRELOAD`, …), by `=`, `for` or `${…:=…}`,
 //!     or by a builtin that sets variables named in its arguments ([`ASSIGNING`]:
 //!     `export "PATH=/x"`, `env 'LD_PRELOAD=x' ls`, `read PATH`, `printf -v PATH`),
-//!     including such arguments whose name part is not literal (`export "$X"`), `env -S`
+//!     including such arguments whose name part is not literal (`export "$X"`) or that
+//!     hold an unquoted expansion the shell splits into more words (`env A=$X ls`), `env -S`
 //!     (it splits a string into assignments) and namerefs (`declare -n`).
 //!
 //! # Not covered (the allowlist must handle it)
@@ -950,7 +951,7 @@ fn check_delimiter(raw: &str) -> Step {
 #[cfg(test)]
 mod tests;
 
-/// Property tests. Cases: `PROPTEST_CASES` (default 64: each call parses on its own thread); a
-/// longer run is `PROPTEST_CASES=20000 cargo test -p yieldshelld prop_`.
+/// Property tests. Cases: `PROPTEST_CASES` (default 64: each call is a round trip to a
+/// parser thread); a longer run is `PROPTEST_CASES=20000 cargo test -p yieldshelld prop_`.
 #[cfg(test)]
 mod properties;

@@ -1,5 +1,5 @@
-//! Property tests. Cases: `PROPTEST_CASES` (default 64: each call parses on its own thread); a
-//! longer run is `PROPTEST_CASES=20000 cargo test -p yieldshelld prop_`.
+//! Property tests. Cases: `PROPTEST_CASES` (default 64: each call is a round trip to a
+//! parser thread); a longer run is `PROPTEST_CASES=20000 cargo test -p yieldshelld prop_`.
 
 use super::*;
 use proptest::prelude::*;
