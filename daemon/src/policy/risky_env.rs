@@ -59,7 +59,7 @@ pub const NAMES: &[&str] = &[
     "CDPATH",     // where `cd dir` goes, and so which `./prog` runs after it
     "FPATH",      // ksh and zsh autoload functions from it
     "ZDOTDIR",    // zsh reads its start-up files there
-    "INPUTRC",    // readline key bindings can run shell commands
+    "INPUTRC",    // readline key bindings and macros of interactive programs
     // The C library.
     "GLIBC_TUNABLES", // parsed by the loader before main (CVE-2023-4911)
     "NLSPATH",        // message catalogs opened by catopen
