@@ -11,6 +11,7 @@ mod daemon_output;
 mod daemon_policy;
 mod daemon_stop;
 mod packaging;
+mod policy_env;
 mod profile_jobs;
 mod profile_shell;
 mod reliability_clients;

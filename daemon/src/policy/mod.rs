@@ -7,6 +7,10 @@
 
 pub mod command_names;
 pub mod redact;
+pub mod risky_env;
+
+#[cfg(test)]
+mod env_properties;
 
 use std::path::{Path, PathBuf};
 
@@ -247,9 +251,29 @@ impl Policy {
         Ok(())
     }
 
-    /// Checks the command against the deny/allow regexes and `ALLOW_COMMANDS`. Messages never
-    /// echo the command (it may hold secrets); they name the rule.
+    /// Checks an `exec`'s command against the deny/allow regexes and `ALLOW_COMMANDS`, and,
+    /// with `ALLOW_COMMANDS` set, its environment overlay against [`risky_env`]. The command
+    /// line is parsed on a parser thread ([`command_names::inspect`]), never on the caller's.
+    /// Messages never echo the command or a value (they may hold secrets); they name the rule
+    /// and, for the overlay, the variable.
+    pub async fn check_exec(&self, command: &[u8], overlay: &[pb::EnvVar]) -> Result<(), Refusal> {
+        if let Some(line) = self.check_command_text(command)? {
+            self.judge(command_names::inspect(line.to_string()).await)?;
+        }
+        self.check_overlay(overlay)
+    }
+
+    /// [`Policy::check_exec`] without an overlay, blocking the calling thread while the line
+    /// is parsed: for tests and synchronous callers, never for async code.
     pub fn check_command(&self, command: &[u8]) -> Result<(), Refusal> {
+        match self.check_command_text(command)? {
+            Some(line) => self.judge(command_names::inspect_blocking(line)),
+            None => Ok(()),
+        }
+    }
+
+    /// The checks that need no parse; returns the line when `ALLOW_COMMANDS` needs one.
+    fn check_command_text<'a>(&self, command: &'a [u8]) -> Result<Option<&'a str>, Refusal> {
         let denied = |m: String| Refusal::new(ErrorKind::CommandDenied, m);
         if command.contains(&0) {
             return Err(Refusal::new(
@@ -273,27 +297,68 @@ impl Policy {
                 sc::ENV_ALLOW_COMMAND_REGEX
             )));
         }
-        if !self.allow_commands.is_empty() {
-            let text = std::str::from_utf8(command).map_err(|_| {
-                denied(format!(
-                    "command is not valid UTF-8, so {} cannot be checked",
-                    sc::ENV_ALLOW_COMMANDS
-                ))
-            })?;
-            let programs = command_names::program_names(text).map_err(|e| {
-                denied(format!(
-                    "{e}; {} requires a command it can check",
-                    sc::ENV_ALLOW_COMMANDS
-                ))
-            })?;
-            for program in programs {
-                if !self.allow_commands.contains(&program) {
-                    return Err(denied(format!(
-                        "program {program:?} is not in {} (allowed: {})",
-                        sc::ENV_ALLOW_COMMANDS,
-                        self.allow_commands.join(", ")
-                    )));
-                }
+        if self.allow_commands.is_empty() {
+            return Ok(None);
+        }
+        std::str::from_utf8(command).map(Some).map_err(|_| {
+            denied(format!(
+                "command is not valid UTF-8, so {} cannot be checked",
+                sc::ENV_ALLOW_COMMANDS
+            ))
+        })
+    }
+
+    /// Applies `ALLOW_COMMANDS` to what the parser found: every program listed, and no
+    /// redirection that writes a file.
+    fn judge(
+        &self,
+        inspection: Result<command_names::Inspection, command_names::CommandParseError>,
+    ) -> Result<(), Refusal> {
+        let denied = |m: String| Refusal::new(ErrorKind::CommandDenied, m);
+        let inspection = inspection.map_err(|e| {
+            denied(format!(
+                "{e}; {} requires a command it can check",
+                sc::ENV_ALLOW_COMMANDS
+            ))
+        })?;
+        for program in inspection.programs {
+            if !self.allow_commands.contains(&program) {
+                return Err(denied(format!(
+                    "program {program:?} is not in {} (allowed: {})",
+                    sc::ENV_ALLOW_COMMANDS,
+                    self.allow_commands.join(", ")
+                )));
+            }
+        }
+        if let Some(operator) = inspection.file_writes.first() {
+            return Err(denied(format!(
+                "redirection `{operator}` writes a file, which {} does not allow; only \
+                 `>/dev/null`, descriptor duplications such as `2>&1`, and input \
+                 redirections (`<`, `<<`, `<<<`) are allowed",
+                sc::ENV_ALLOW_COMMANDS
+            )));
+        }
+        Ok(())
+    }
+
+    /// With `ALLOW_COMMANDS` set, refuses an overlay variable that may change which program
+    /// runs or what it loads ([`risky_env::why_risky`]), naming it (never its value).
+    pub fn check_overlay(&self, overlay: &[pb::EnvVar]) -> Result<(), Refusal> {
+        if self.allow_commands.is_empty() {
+            return Ok(());
+        }
+        for var in overlay {
+            let name = String::from_utf8_lossy(&var.name);
+            if let Some(why) = risky_env::why_risky(&name) {
+                return Err(Refusal::new(
+                    ErrorKind::CommandDenied,
+                    format!(
+                        "environment variable {name} cannot be set while {} is set: {why}, so \
+                         it may change which program runs or what it loads; set it in the \
+                         client's own environment instead",
+                        sc::ENV_ALLOW_COMMANDS
+                    ),
+                ));
             }
         }
         Ok(())
@@ -427,6 +492,85 @@ mod tests {
         assert!(r.message.contains("\"rm\""), "{}", r.message);
         assert!(p.check_command(b"echo 'unterminated").is_err());
         assert!(p.check_command(b"/bin/ls").is_err());
+    }
+
+    fn env(name: &str, value: &str) -> pb::EnvVar {
+        pb::EnvVar {
+            name: name.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec(),
+        }
+    }
+
+    #[tokio::test]
+    async fn allow_commands_refuses_risky_overlay_variables_by_name() {
+        let p = policy(pb::SessionPolicy {
+            allow_commands: strings(&["ls", "echo"]),
+            ..Default::default()
+        });
+        for name in [
+            "PATH",
+            "LD_PRELOAD",
+            "BASH_ENV",
+            "NODE_OPTIONS",
+            "ld_library_path",
+        ] {
+            let r = p
+                .check_exec(b"ls", &[env("LANG", "C"), env(name, "/secret-dir")])
+                .await
+                .expect_err(name);
+            assert_eq!(r.kind, ErrorKind::CommandDenied, "{name}");
+            assert!(r.message.contains(name), "{}", r.message);
+            assert!(!r.message.contains("secret-dir"), "{}", r.message);
+        }
+        assert!(
+            p.check_exec(b"echo hi", &[env("LANG", "C"), env("RUST_LOG", "debug")])
+                .await
+                .is_ok()
+        );
+        // The command is checked too, before the overlay.
+        let r = p
+            .check_exec(b"rm x", &[env("LANG", "C")])
+            .await
+            .expect_err("rm");
+        assert!(r.message.contains("\"rm\""), "{}", r.message);
+    }
+
+    #[tokio::test]
+    async fn without_allow_commands_overlays_and_redirections_are_unchecked() {
+        let p = policy(pb::SessionPolicy::default());
+        assert!(
+            p.check_exec(
+                b"ls > f 2>>g",
+                &[env("PATH", "/x"), env("LD_PRELOAD", "x.so")]
+            )
+            .await
+            .is_ok()
+        );
+        assert!(p.check_command(b"PATH=/x ls >| f").is_ok());
+    }
+
+    #[test]
+    fn allow_commands_refuses_redirections_that_write_files() {
+        let p = policy(pb::SessionPolicy {
+            allow_commands: strings(&["ls", "echo"]),
+            ..Default::default()
+        });
+        for (line, operator) in [
+            ("echo x > secret-file", "`>`"),
+            ("ls >| secret-file", "`>|`"),
+            ("ls 2>secret-file", "`2>`"),
+            ("echo a >> secret-file", "`>>`"),
+        ] {
+            let r = p.check_command(line.as_bytes()).expect_err(line);
+            assert_eq!(r.kind, ErrorKind::CommandDenied, "{line}");
+            assert!(r.message.contains(operator), "{line}: {}", r.message);
+            assert!(!r.message.contains("secret-file"), "{}", r.message);
+        }
+        let r = p.check_command(b"ls &>f").expect_err("&>");
+        assert_eq!(r.kind, ErrorKind::CommandDenied);
+        for line in ["ls > /dev/null", "ls 2>&1", "echo x 2>/dev/null 1>&2"] {
+            assert!(p.check_command(line.as_bytes()).is_ok(), "{line}");
+        }
     }
 
     #[test]

@@ -106,7 +106,7 @@ pub(super) async fn exec(
     if let Err(r) = policy.check_side_effects(&req.side_effects) {
         return Ok(refused(r));
     }
-    if let Err(r) = policy.check_command(&req.command) {
+    if let Err(r) = policy.check_exec(&req.command, &req.env).await {
         return Ok(refused(r));
     }
     let requested_cwd = req
@@ -153,8 +153,8 @@ pub(super) async fn exec(
         Err(r) => return Ok(refused(r)),
     };
 
-    // Everything above ran without an `.await`: if the client vanishes from here on, the process
-    // is registered and runs on in the background, as if it had yielded.
+    // The only `.await` above (the policy's parse) comes before anything starts: if the client
+    // vanishes from here on, the process is registered and runs on in the background.
     let mut state_rx = proc.subscribe();
     if req.stdin.as_ref().is_some_and(|s| !s.is_empty()) || req.close_stdin {
         let data = req.stdin.clone().unwrap_or_default();
