@@ -48,7 +48,8 @@ pub fn descendants_message(process_id: &str, descendants: u32, next_seq: u64) ->
 }
 
 /// The hint for an `exec` body, from the facts: `status` is the exec status name, `yield_ms`
-/// the yield actually waited. `None` when there is nothing to suggest.
+/// the yield actually waited. A backgrounded command gets [`backgrounded_message`], a completed
+/// one whose descendants still run [`descendants_message`]; anything else `None`.
 pub fn exec_hint(
     status: &str,
     p: &pb::ProcessInfo,
@@ -57,7 +58,9 @@ pub fn exec_hint(
 ) -> Option<String> {
     if status == exec_status_name(pb::ExecStatus::Backgrounded as i32) {
         Some(backgrounded_message(&p.process_id, yield_ms, next_seq))
-    } else if p.descendants_running > 0 {
+    } else if status == exec_status_name(pb::ExecStatus::Completed as i32)
+        && p.descendants_running > 0
+    {
         Some(descendants_message(
             &p.process_id,
             p.descendants_running,
@@ -509,6 +512,7 @@ mod tests {
             exec_hint("completed", &left, 12, 300),
             Some(descendants_message("proc_7", 2, 12))
         );
+        assert_eq!(exec_hint("stopped", &left, 12, 300), None);
         // The body of a daemon response carries the hint although the daemon sends no text.
         let resp = pb::ExecResponse {
             status: pb::ExecStatus::Backgrounded as i32,
