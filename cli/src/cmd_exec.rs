@@ -60,7 +60,6 @@ pub async fn run(ctx: &Ctx, a: ExecArgs) -> anyhow::Result<u8> {
     }
     let session = ctx.session()?;
     let req = pb::ExecRequest {
-        session_id: session.id().to_string(),
         command,
         side_effects,
         cwd: a.cwd.as_deref().map(path_bytes),
@@ -73,13 +72,9 @@ pub async fn run(ctx: &Ctx, a: ExecArgs) -> anyhow::Result<u8> {
         max_output_bytes: None,
         shell: None,
         process_id: None,
+        ..Default::default()
     };
-    let resp = session
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.exec(req).await }
-        })
-        .await?;
+    let resp = session.exec(req).await?;
     let status = pb::ExecStatus::try_from(resp.status).unwrap_or_default();
     let info = resp.process.clone().unwrap_or_default();
     let code = match status {
@@ -108,24 +103,71 @@ pub async fn run(ctx: &Ctx, a: ExecArgs) -> anyhow::Result<u8> {
     }
     render::stdout_bytes(&out.stdout)?;
     render::stderr_bytes(&out.stderr)?;
-    match status {
-        pb::ExecStatus::Backgrounded => eprintln!(
-            "yieldctl: {} (pid {}) is still running after {} ms and continues in the background.\n  \
-             follow it: yieldctl read {} --follow    stop it: yieldctl stop {}",
-            info.process_id,
-            info.pid.unwrap_or_default(),
-            resp.yield_ms,
-            info.process_id,
-            info.process_id
-        ),
-        pb::ExecStatus::FailedToStart | pb::ExecStatus::Failed => {
-            eprintln!("yieldctl: failed to start: {}", resp.error)
-        }
-        pb::ExecStatus::TimedOut => {
-            eprintln!("yieldctl: {} timed out and was stopped", info.process_id)
-        }
-        _ if info.descendants_running > 0 => eprintln!("yieldctl: {}", resp.message),
-        _ => {}
+    if let Some(line) = hint(status, &resp, &info, out.next_seq) {
+        eprintln!("{line}");
     }
     Ok(code)
+}
+
+/// The line `exec` prints on stderr after the output, if any. The daemon returns facts only
+/// (status, process, `next_seq`, `yield_ms`); this hint names yieldctl's own commands.
+fn hint(
+    status: pb::ExecStatus,
+    resp: &pb::ExecResponse,
+    info: &pb::ProcessInfo,
+    next_seq: u64,
+) -> Option<String> {
+    let id = &info.process_id;
+    Some(match status {
+        pb::ExecStatus::Backgrounded => format!(
+            "yieldctl: {id} (pid {}) is still running after {} ms and continues in the background.\n  \
+             follow it: yieldctl read {id} --follow    stop it: yieldctl stop {id}",
+            info.pid.unwrap_or_default(),
+            resp.yield_ms,
+        ),
+        pb::ExecStatus::FailedToStart | pb::ExecStatus::Failed => {
+            format!("yieldctl: failed to start: {}", resp.error)
+        }
+        pb::ExecStatus::TimedOut => format!("yieldctl: {id} timed out and was stopped"),
+        _ if info.descendants_running > 0 => format!(
+            "yieldctl: the shell of {id} exited, but {} descendant process(es) still run and may \
+             print more.\n  follow them: yieldctl read {id} --since {next_seq} --follow    \
+             stop them: yieldctl stop {id}",
+            info.descendants_running,
+        ),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(descendants_running: u32) -> pb::ProcessInfo {
+        pb::ProcessInfo {
+            process_id: "proc_7".into(),
+            pid: Some(42),
+            descendants_running,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn hints_name_yieldctl_commands_from_the_facts() {
+        let resp = pb::ExecResponse {
+            yield_ms: 250,
+            ..Default::default()
+        };
+        let bg = hint(pb::ExecStatus::Backgrounded, &resp, &info(0), 9).expect("hint");
+        assert!(bg.contains("after 250 ms"), "{bg}");
+        assert!(bg.contains("yieldctl read proc_7 --follow"), "{bg}");
+        assert!(bg.contains("yieldctl stop proc_7"), "{bg}");
+        let left = hint(pb::ExecStatus::Completed, &resp, &info(2), 9).expect("hint");
+        assert!(left.contains("2 descendant process(es)"), "{left}");
+        assert!(
+            left.contains("yieldctl read proc_7 --since 9 --follow"),
+            "{left}"
+        );
+        assert_eq!(hint(pb::ExecStatus::Completed, &resp, &info(0), 9), None);
+    }
 }

@@ -25,7 +25,6 @@ pub struct PsArgs {
 pub async fn ps(ctx: &Ctx, a: PsArgs) -> anyhow::Result<u8> {
     let session = ctx.session()?;
     let req = pb::ListRequest {
-        session_id: session.id().to_string(),
         include_completed: !a.running,
         limit: a.limit,
         scope: if a.project {
@@ -33,13 +32,9 @@ pub async fn ps(ctx: &Ctx, a: PsArgs) -> anyhow::Result<u8> {
         } else {
             pb::Scope::All
         } as i32,
+        ..Default::default()
     };
-    let resp = session
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.list(req).await }
-        })
-        .await?;
+    let resp = session.list(req).await?;
     let view = PsView {
         processes: resp.processes.iter().map(ProcessSummary::from).collect(),
     };
@@ -108,18 +103,12 @@ pub struct StopArgs {
 pub async fn stop(ctx: &Ctx, a: StopArgs) -> anyhow::Result<u8> {
     let session = ctx.session()?;
     let req = pb::StopRequest {
-        session_id: session.id().to_string(),
         process_id: a.id.clone(),
         signal: a.signal,
         force_after_ms: Some(a.force_after_ms),
+        ..Default::default()
     };
-    let resp = match session
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.stop(req).await }
-        })
-        .await
-    {
+    let resp = match session.stop(req).await {
         Ok(r) => r,
         Err(ClientError::Rpc(status)) if ctx.json => {
             let kind = ErrorKind::of_status(&status);
@@ -181,17 +170,12 @@ pub async fn write(ctx: &Ctx, a: WriteArgs) -> anyhow::Result<u8> {
         input.push(b'\n');
     }
     let req = pb::WriteRequest {
-        session_id: session.id().to_string(),
         process_id: a.id.clone(),
         input,
         eof: a.eof,
+        ..Default::default()
     };
-    let result = session
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.write(req).await }
-        })
-        .await;
+    let result = session.write(req).await;
     match result {
         Ok(resp) => {
             if ctx.json {
@@ -237,7 +221,6 @@ pub struct CleanupArgs {
 pub async fn cleanup(ctx: &Ctx, a: CleanupArgs) -> anyhow::Result<u8> {
     let session = ctx.session()?;
     let req = pb::CleanupRequest {
-        session_id: session.id().to_string(),
         completed_older_than_ms: Some(a.completed_older_than_ms),
         stopped_older_than_ms: Some(a.stopped_older_than_ms),
         scope: if a.all {
@@ -245,13 +228,9 @@ pub async fn cleanup(ctx: &Ctx, a: CleanupArgs) -> anyhow::Result<u8> {
         } else {
             pb::Scope::Project
         } as i32,
+        ..Default::default()
     };
-    let resp = session
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.cleanup(req).await }
-        })
-        .await?;
+    let resp = session.cleanup(req).await?;
     if ctx.json {
         render::json(&CleanupView {
             removed: resp.removed,

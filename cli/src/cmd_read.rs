@@ -2,7 +2,7 @@
 
 use clap::{Args, ValueEnum};
 use tokio_stream::StreamExt;
-use yieldshell_proto::client::{ClientError, Session};
+use yieldshell_proto::client::ClientError;
 use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::pb;
 use yieldshell_proto::views::{ProcessErrorView, ReadView, StreamSelection, WaitView};
@@ -67,32 +67,20 @@ fn process_error(ctx: &Ctx, id: &str, e: ClientError) -> anyhow::Result<u8> {
     }
 }
 
-async fn read_once(
-    session: &Session,
-    req: pb::ReadRequest,
-) -> Result<pb::ReadResponse, ClientError> {
-    session
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.read(req).await }
-        })
-        .await
-}
-
 pub async fn read(ctx: &Ctx, a: ReadArgs) -> anyhow::Result<u8> {
     let session = ctx.session()?;
     let streams = a.stream.selection();
     let base = pb::ReadRequest {
-        session_id: session.id().to_string(),
         process_id: a.id.clone(),
         since_seq: a.since,
         max_output_bytes: None,
         streams: streams.to_pb() as i32,
         tail_lines: a.tail,
         use_spool: a.all,
+        ..Default::default()
     };
     if ctx.json {
-        return match read_once(&session, base).await {
+        return match session.read(base).await {
             Ok(r) => {
                 let view = ReadView::new(
                     &r.process.unwrap_or_default(),
@@ -108,7 +96,7 @@ pub async fn read(ctx: &Ctx, a: ReadArgs) -> anyhow::Result<u8> {
     // Where printing starts: the tail, or a page-by-page walk from --since / the oldest byte.
     let mut since = match (a.tail, a.since) {
         (Some(_), _) => {
-            let r = read_once(&session, base.clone()).await?;
+            let r = session.read(base.clone()).await?;
             let out = r.output.unwrap_or_default();
             render::stdout_bytes(&out.stdout)?;
             render::stderr_bytes(&out.stderr)?;
@@ -122,7 +110,7 @@ pub async fn read(ctx: &Ctx, a: ReadArgs) -> anyhow::Result<u8> {
                     tail_lines: None,
                     ..base.clone()
                 };
-                let out = read_once(&session, req).await?.output.unwrap_or_default();
+                let out = session.read(req).await?.output.unwrap_or_default();
                 if out.truncated {
                     eprintln!(
                         "[yieldctl: output before seq {} is no longer retained{}]",
@@ -148,17 +136,12 @@ pub async fn read(ctx: &Ctx, a: ReadArgs) -> anyhow::Result<u8> {
         return Ok(exit::OK);
     }
     let req = pb::FollowRequest {
-        session_id: session.id().to_string(),
         process_id: a.id.clone(),
         since_seq: Some(since),
         streams: streams.to_pb() as i32,
+        ..Default::default()
     };
-    let mut stream = session
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.follow(req).await }
-        })
-        .await?;
+    let mut stream = session.follow(req).await?;
     while let Some(ev) = stream.next().await {
         let ev = ev.map_err(ClientError::Rpc)?;
         if ev.dropped_to > ev.dropped_from {
@@ -200,21 +183,15 @@ pub struct WaitArgs {
 pub async fn wait(ctx: &Ctx, a: WaitArgs) -> anyhow::Result<u8> {
     let session = ctx.session()?;
     let req = pb::WaitRequest {
-        session_id: session.id().to_string(),
         process_id: a.id.clone(),
         timeout_ms: a.timeout_ms,
         until: a.until,
         since_seq: a.since,
         max_output_bytes: None,
         streams: pb::Streams::Both as i32,
+        ..Default::default()
     };
-    let resp = match session
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.wait(req).await }
-        })
-        .await
-    {
+    let resp = match session.wait(req).await {
         Ok(r) => r,
         Err(e) => return process_error(ctx, &a.id, e),
     };

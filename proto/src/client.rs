@@ -182,11 +182,25 @@ async fn open_channel(socket: &Path) -> Result<Channel, String> {
         .map_err(|e| describe_transport_error(&e))
 }
 
-/// Connects and handshakes, without starting a daemon. `Err(Ok(reason))` means nothing answers;
-/// `Err(Err(e))` means a daemon answered but cannot be used.
-async fn try_connect(opts: &ConnectOptions) -> Result<Connection, Result<String, ClientError>> {
-    paths::check_socket_path_len(&opts.socket).map_err(|e| Err(e.into()))?;
-    let channel = open_channel(&opts.socket).await.map_err(Ok)?;
+/// What one connection attempt found.
+enum Probe {
+    /// A daemon answered and the handshake succeeded.
+    Connected(Connection),
+    /// Nothing answers (yet); the reason goes into the error a caller reports.
+    NoAnswer(String),
+    /// A daemon answered but cannot be used (another protocol version, a refusal).
+    Unusable(ClientError),
+}
+
+/// Connects and handshakes, without starting a daemon.
+async fn try_connect(opts: &ConnectOptions) -> Probe {
+    if let Err(e) = paths::check_socket_path_len(&opts.socket) {
+        return Probe::Unusable(e.into());
+    }
+    let channel = match open_channel(&opts.socket).await {
+        Ok(c) => c,
+        Err(reason) => return Probe::NoAnswer(reason),
+    };
     let mut client = ControlClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -198,17 +212,17 @@ async fn try_connect(opts: &ConnectOptions) -> Result<Connection, Result<String,
         })
         .await;
     match hello {
-        Ok(resp) => Ok(Connection {
+        Ok(resp) => Probe::Connected(Connection {
             client,
             hello: resp.into_inner(),
             started_daemon: false,
         }),
         Err(status) => match ErrorKind::of_status(&status) {
-            ErrorKind::ProtocolMismatch => Err(Err(ClientError::ProtocolMismatch(
-                status.message().to_string(),
-            ))),
-            ErrorKind::DaemonUnavailable => Err(Ok(status.message().to_string())),
-            _ => Err(Err(ClientError::Rpc(status))),
+            ErrorKind::ProtocolMismatch => {
+                Probe::Unusable(ClientError::ProtocolMismatch(status.message().to_string()))
+            }
+            ErrorKind::DaemonUnavailable => Probe::NoAnswer(status.message().to_string()),
+            _ => Probe::Unusable(ClientError::Rpc(status)),
         },
     }
 }
@@ -216,21 +230,21 @@ async fn try_connect(opts: &ConnectOptions) -> Result<Connection, Result<String,
 /// Connects to a running daemon; never starts one.
 pub async fn connect(opts: &ConnectOptions) -> Result<Connection, ClientError> {
     match try_connect(opts).await {
-        Ok(c) => Ok(c),
-        Err(Ok(reason)) => Err(ClientError::NoDaemon {
+        Probe::Connected(c) => Ok(c),
+        Probe::NoAnswer(reason) => Err(ClientError::NoDaemon {
             socket: opts.socket.clone(),
             reason,
         }),
-        Err(Err(e)) => Err(e),
+        Probe::Unusable(e) => Err(e),
     }
 }
 
 /// Connects to the daemon, starting it first when none answers and `opts.autostart` is set.
 pub async fn connect_or_start(opts: &ConnectOptions) -> Result<Connection, ClientError> {
     let first = match try_connect(opts).await {
-        Ok(c) => return Ok(c),
-        Err(Err(e)) => return Err(e),
-        Err(Ok(reason)) => reason,
+        Probe::Connected(c) => return Ok(c),
+        Probe::Unusable(e) => return Err(e),
+        Probe::NoAnswer(reason) => reason,
     };
     if !opts.autostart {
         return Err(ClientError::NoDaemon {
@@ -250,9 +264,9 @@ pub async fn connect_or_start(opts: &ConnectOptions) -> Result<Connection, Clien
     let lock = acquire_start_lock(&socket_dir, deadline, &opts.socket).await?;
     // Another client may have started the daemon while we waited for the lock.
     match try_connect(opts).await {
-        Ok(c) => return Ok(c),
-        Err(Err(e)) => return Err(e),
-        Err(Ok(_)) => {}
+        Probe::Connected(c) => return Ok(c),
+        Probe::Unusable(e) => return Err(e),
+        Probe::NoAnswer(_) => {}
     }
     let result = start_daemon(opts, &socket_dir, deadline).await;
     drop(lock);
@@ -385,7 +399,7 @@ async fn start_daemon(
     let mut delay = Duration::from_millis(2);
     loop {
         match try_connect(opts).await {
-            Ok(mut c) => {
+            Probe::Connected(mut c) => {
                 c.started_daemon = true;
                 // The daemon is our child until we exit: reap it whenever it ends so it never
                 // lingers as a zombie of a long-lived client.
@@ -394,8 +408,8 @@ async fn start_daemon(
                 });
                 return Ok(c);
             }
-            Err(Err(e)) => return Err(e),
-            Err(Ok(reason)) => {
+            Probe::Unusable(e) => return Err(e),
+            Probe::NoAnswer(reason) => {
                 if let Ok(Some(status)) = child.try_wait() {
                     let log = std::fs::read_to_string(&start_log_path).unwrap_or_default();
                     return Err(fail(format!(
@@ -532,6 +546,102 @@ impl Session {
                 },
             }
         }
+    }
+
+    /// Starts a command (`Exec`). The request's `session_id` is set to this session's.
+    pub async fn exec(&self, mut req: pb::ExecRequest) -> Result<pb::ExecResponse, ClientError> {
+        req.session_id = self.id().to_string();
+        self.call(|mut c| {
+            let req = req.clone();
+            async move { c.exec(req).await }
+        })
+        .await
+    }
+
+    /// Reads a window of a process's output (`Read`).
+    pub async fn read(&self, mut req: pb::ReadRequest) -> Result<pb::ReadResponse, ClientError> {
+        req.session_id = self.id().to_string();
+        self.call(|mut c| {
+            let req = req.clone();
+            async move { c.read(req).await }
+        })
+        .await
+    }
+
+    /// Streams a process's output as it comes (`Follow`).
+    pub async fn follow(
+        &self,
+        mut req: pb::FollowRequest,
+    ) -> Result<tonic::Streaming<pb::FollowEvent>, ClientError> {
+        req.session_id = self.id().to_string();
+        self.call(|mut c| {
+            let req = req.clone();
+            async move { c.follow(req).await }
+        })
+        .await
+    }
+
+    /// Writes to a process's stdin (`Write`).
+    pub async fn write(&self, mut req: pb::WriteRequest) -> Result<pb::WriteResponse, ClientError> {
+        req.session_id = self.id().to_string();
+        self.call(|mut c| {
+            let req = req.clone();
+            async move { c.write(req).await }
+        })
+        .await
+    }
+
+    /// Blocks until a process exits, an output line matches, or the timeout passes (`Wait`).
+    pub async fn wait(&self, mut req: pb::WaitRequest) -> Result<pb::WaitResponse, ClientError> {
+        req.session_id = self.id().to_string();
+        self.call(|mut c| {
+            let req = req.clone();
+            async move { c.wait(req).await }
+        })
+        .await
+    }
+
+    /// Stops a process tree (`Stop`).
+    pub async fn stop(&self, mut req: pb::StopRequest) -> Result<pb::StopResponse, ClientError> {
+        req.session_id = self.id().to_string();
+        self.call(|mut c| {
+            let req = req.clone();
+            async move { c.stop(req).await }
+        })
+        .await
+    }
+
+    /// Lists managed processes (`List`).
+    pub async fn list(&self, mut req: pb::ListRequest) -> Result<pb::ListResponse, ClientError> {
+        req.session_id = self.id().to_string();
+        self.call(|mut c| {
+            let req = req.clone();
+            async move { c.list(req).await }
+        })
+        .await
+    }
+
+    /// Removes records of ended processes (`Cleanup`).
+    pub async fn cleanup(
+        &self,
+        mut req: pb::CleanupRequest,
+    ) -> Result<pb::CleanupResponse, ClientError> {
+        req.session_id = self.id().to_string();
+        self.call(|mut c| {
+            let req = req.clone();
+            async move { c.cleanup(req).await }
+        })
+        .await
+    }
+
+    /// Lists this session's project processes only when a daemon already runs: connects without
+    /// starting one, opens the session, lists. `None` when no daemon answers or any step fails
+    /// (for optional extras, such as the MCP instructions, that must not start a daemon).
+    pub async fn list_if_running(&self, mut req: pb::ListRequest) -> Option<pb::ListResponse> {
+        let mut conn = connect(&self.opts).await.ok()?;
+        conn.client.open_session(self.open.clone()).await.ok()?;
+        req.session_id = self.id().to_string();
+        Some(conn.client.list(req).await.ok()?.into_inner())
     }
 }
 

@@ -11,13 +11,18 @@
 //!   `YIELDSHELL_*` variables and validated before anything is sent.
 //! - [`client`]: connect, version handshake, race-safe daemon auto-start, and a [`client::Session`]
 //!   that reopens itself after a daemon restart.
-//! - [`views`]: the JSON objects the MCP tools return; `yieldctl --json` prints the same ones.
+//! - [`status_names`]: the lowercase names of the status enums (`running`, `backgrounded`, …).
+//! - `views` (feature `views`): the JSON objects the MCP tools return, with the hints they carry;
+//!   `yieldctl --json` prints the same ones. Behind a feature so the daemon, which returns facts
+//!   only, does not compile serde and schemars.
 
 pub mod client;
 pub mod errors;
 pub mod ids;
 pub mod paths;
 pub mod session_config;
+pub mod status_names;
+#[cfg(feature = "views")]
 pub mod views;
 
 /// Generated gRPC types for `yieldshell.v1`.

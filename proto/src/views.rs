@@ -9,34 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::pb;
-
-/// Lowercase status name of a process (`running`, `completed`, `stopped`, `timed_out`, `failed`,
-/// `lost`).
-pub fn process_status_name(status: i32) -> &'static str {
-    match pb::ProcessStatus::try_from(status).unwrap_or(pb::ProcessStatus::Unspecified) {
-        pb::ProcessStatus::Running => "running",
-        pb::ProcessStatus::Completed => "completed",
-        pb::ProcessStatus::Stopped => "stopped",
-        pb::ProcessStatus::TimedOut => "timed_out",
-        pb::ProcessStatus::Failed => "failed",
-        pb::ProcessStatus::Lost => "lost",
-        pb::ProcessStatus::Unspecified => "unknown",
-    }
-}
-
-/// Lowercase status name of an `exec` outcome.
-pub fn exec_status_name(status: i32) -> &'static str {
-    match pb::ExecStatus::try_from(status).unwrap_or(pb::ExecStatus::Unspecified) {
-        pb::ExecStatus::Completed => "completed",
-        pb::ExecStatus::Backgrounded => "backgrounded",
-        pb::ExecStatus::TimedOut => "timed_out",
-        pb::ExecStatus::Stopped => "stopped",
-        pb::ExecStatus::FailedToStart => "failed_to_start",
-        pb::ExecStatus::Failed => "failed",
-        pb::ExecStatus::Lost => "lost",
-        pb::ExecStatus::Unspecified => "unknown",
-    }
-}
+pub use crate::status_names::{exec_status_name, process_status_name};
 
 /// Formats Unix milliseconds as RFC 3339 UTC with milliseconds.
 pub fn format_unix_ms(ms: i64) -> String {
@@ -53,8 +26,10 @@ pub fn text(bytes: &[u8]) -> (String, bool) {
     }
 }
 
-/// The one-line hint an `exec` response carries when the command keeps running in the
-/// background: it names the calls to make next.
+/// The hint an `exec` body carries when the command keeps running in the background: it names
+/// the MCP tool calls to make next. The daemon reports only facts (status, id, `next_seq`,
+/// `yield_ms`); this body is what the MCP tools return and `yieldctl --json` prints, so the
+/// phrasing lives here, once, for both.
 pub fn backgrounded_message(process_id: &str, yield_ms: u64, next_seq: u64) -> String {
     format!(
         "Still running after {yield_ms} ms, so it continues in the background as {process_id}. \
@@ -70,6 +45,30 @@ pub fn descendants_message(process_id: &str, descendants: u32, next_seq: u64) ->
         "The shell exited, but {descendants} descendant process(es) still run (and may still write output). \
          read(process_id=\"{process_id}\", since_seq={next_seq}) shows more; stop(process_id=\"{process_id}\") ends them."
     )
+}
+
+/// The hint for an `exec` body, from the facts: `status` is the exec status name, `yield_ms`
+/// the yield actually waited. A backgrounded command gets [`backgrounded_message`], a completed
+/// one whose descendants still run [`descendants_message`]; anything else `None`.
+pub fn exec_hint(
+    status: &str,
+    p: &pb::ProcessInfo,
+    next_seq: u64,
+    yield_ms: u64,
+) -> Option<String> {
+    if status == exec_status_name(pb::ExecStatus::Backgrounded as i32) {
+        Some(backgrounded_message(&p.process_id, yield_ms, next_seq))
+    } else if status == exec_status_name(pb::ExecStatus::Completed as i32)
+        && p.descendants_running > 0
+    {
+        Some(descendants_message(
+            &p.process_id,
+            p.descendants_running,
+            next_seq,
+        ))
+    } else {
+        None
+    }
 }
 
 /// Response of the `exec` tool.
@@ -143,12 +142,12 @@ impl ExecView {
 
 impl ExecView {
     /// The view of a started process: `status` is the exec status name (`backgrounded` while it
-    /// runs), `message` the hint for the next call (empty for none).
+    /// runs), `message` the hint for the next call (see [`exec_hint`]).
     pub fn of_process(
         p: &pb::ProcessInfo,
         out: &pb::Output,
         status: &str,
-        message: &str,
+        message: Option<String>,
     ) -> ExecView {
         let (stdout, lossy_out) = text(&out.stdout);
         let (stderr, lossy_err) = text(&out.stderr);
@@ -164,7 +163,7 @@ impl ExecView {
             exit_code: p.exit_code,
             signal: p.signal.clone(),
             pid: p.pid,
-            message: (!message.is_empty()).then(|| message.to_string()),
+            message,
             error: None,
             error_kind: None,
             stdout_lines: p.stdout_lines,
@@ -181,7 +180,9 @@ impl From<&pb::ExecResponse> for ExecView {
             return ExecView::failed_to_start(r.error.clone(), &r.error_kind);
         };
         let out = r.output.clone().unwrap_or_default();
-        let mut view = ExecView::of_process(p, &out, exec_status_name(r.status), &r.message);
+        let status = exec_status_name(r.status);
+        let message = exec_hint(status, p, out.next_seq, r.yield_ms);
+        let mut view = ExecView::of_process(p, &out, status, message);
         if !r.error.is_empty() {
             view.error = Some(r.error.clone());
             view.error_kind = Some(r.error_kind.clone());
@@ -488,6 +489,42 @@ mod tests {
         assert!(v.get("stderr").is_none());
         assert_eq!(v["exit_code"], serde_json::Value::Null);
         assert_eq!(v["status"], "running");
+    }
+
+    #[test]
+    fn exec_hints_come_from_the_facts_and_name_the_tools() {
+        let p = pb::ProcessInfo {
+            process_id: "proc_7".into(),
+            ..Default::default()
+        };
+        let bg = exec_hint("backgrounded", &p, 12, 300).expect("hint");
+        assert_eq!(bg, backgrounded_message("proc_7", 300, 12));
+        assert!(
+            bg.contains("read(process_id=\"proc_7\", since_seq=12)"),
+            "{bg}"
+        );
+        assert_eq!(exec_hint("completed", &p, 12, 300), None);
+        let left = pb::ProcessInfo {
+            descendants_running: 2,
+            ..p.clone()
+        };
+        assert_eq!(
+            exec_hint("completed", &left, 12, 300),
+            Some(descendants_message("proc_7", 2, 12))
+        );
+        assert_eq!(exec_hint("stopped", &left, 12, 300), None);
+        // The body of a daemon response carries the hint although the daemon sends no text.
+        let resp = pb::ExecResponse {
+            status: pb::ExecStatus::Backgrounded as i32,
+            process: Some(p),
+            output: Some(pb::Output {
+                next_seq: 12,
+                ..Default::default()
+            }),
+            yield_ms: 300,
+            ..Default::default()
+        };
+        assert_eq!(ExecView::from(&resp).message, Some(bg));
     }
 
     #[test]

@@ -1,17 +1,25 @@
 //! `mcp-yieldshell`: the stdio MCP server of YieldShell.
 //!
-//! A thin layer over the daemon: [`server`] answers the MCP protocol (rmcp), [`tools`] defines
-//! and runs the tools by translating each call into one or more control-plane calls, [`args`]
-//! validates arguments into agent-readable errors, [`progress`] sends heartbeats during long
-//! calls. The shim owns no process and no state a restart would lose.
+//! A thin layer over the daemon, the owner of every process; the shim owns no process and no
+//! state a restart would lose. Its modules, from the ground floor up:
 //!
-//! [`profile`] picks the tool set: [`tools`] (the default), [`jobs`] (the MCP Background Job
-//! Server's) or [`shell`] (mcp-shell-server's), all over the same daemon.
+//! - [`context`]: the daemon session and the session configuration every tool uses, plus the
+//!   helpers all profiles share (error wording, JSON Schemas, the shim's environment).
+//! - [`args`]: validates tool arguments into agent-readable errors.
+//! - [`progress`]: heartbeats during long calls and [`progress::run_until_settled`], the one loop
+//!   that waits on a process in slices.
+//! - [`tool_set`]: the [`tool_set::ToolSet`] trait each profile implements.
+//! - The profiles' tool sets, each importing only the modules above: [`tools`] (the default),
+//!   [`jobs`] (the MCP Background Job Server's) and [`shell`] (mcp-shell-server's).
+//! - [`profile`]: picks the profile and builds its tool set — the only place that branches on it.
+//! - [`server`]: answers the MCP protocol (rmcp) through the tool set.
 
 pub mod args;
+pub mod context;
 pub mod jobs;
 pub mod profile;
 pub mod progress;
 pub mod server;
 pub mod shell;
+pub mod tool_set;
 pub mod tools;

@@ -41,17 +41,13 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let client_name = match cli.profile {
-        Profile::Default => "mcp-yieldshell".to_string(),
-        other => format!("mcp-yieldshell --profile {}", other.as_str()),
-    };
-    let shim = mcp_yieldshell::server::Shim::with_profile(
-        config,
-        ConnectOptions::from_env(&client_name),
+    let tools = profile::tool_set(
         settings,
+        config,
+        ConnectOptions::from_env(&cli.profile.client_name()),
     );
     let result = runtime.block_on(async move {
-        let service = match mcp_yieldshell::server::Handler(shim)
+        let service = match mcp_yieldshell::server::Handler(tools)
             .serve(rmcp::transport::stdio_pipes())
             .await
         {

@@ -12,9 +12,20 @@
 //! The profile comes from `--profile` or `YIELDSHELL_PROFILE`. Each profile reads its own
 //! variables (`MCP_BG_*`, `ALLOW_COMMANDS`, …) on top of the `YIELDSHELL_*` ones and turns them
 //! into the session it opens with the daemon; a bad value fails at startup, naming the variable.
+//!
+//! This module is the only place that branches on the profile: [`tool_set`] builds the profile's
+//! [`ToolSet`], and everything after that goes through the trait.
 
+use std::sync::Arc;
+
+use yieldshell_proto::client::ConnectOptions;
 use yieldshell_proto::session_config::{ConfigError, SessionConfig};
 
+use crate::context::Context;
+use crate::jobs::JobsTools;
+use crate::shell::ShellTools;
+use crate::tool_set::ToolSet;
+use crate::tools::DefaultTools;
 use crate::{jobs, shell};
 
 /// Variable selecting the profile when `--profile` is not given.
@@ -39,6 +50,14 @@ impl Profile {
             Profile::Default => "default",
             Profile::Jobs => "jobs",
             Profile::Shell => "shell",
+        }
+    }
+
+    /// The client name this shim reports to the daemon (its handshake and log).
+    pub fn client_name(self) -> String {
+        match self {
+            Profile::Default => "mcp-yieldshell".to_string(),
+            other => format!("mcp-yieldshell --profile {}", other.as_str()),
         }
     }
 }
@@ -77,18 +96,16 @@ pub fn configure(
     })
 }
 
-/// Looks a variable up in a session's environment snapshot (the shim's own environment).
-pub(crate) fn lookup(config: &SessionConfig, name: &str) -> Option<String> {
-    config
-        .env
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.to_string_lossy().into_owned())
-}
-
-/// Like [`lookup`], but a value of only spaces counts as unset.
-pub(crate) fn lookup_set(config: &SessionConfig, name: &str) -> Option<String> {
-    lookup(config, name)
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
+/// The tool set a profile serves, over a session configured by [`configure`].
+pub fn tool_set(
+    settings: ProfileSettings,
+    config: SessionConfig,
+    opts: ConnectOptions,
+) -> Arc<dyn ToolSet> {
+    let ctx = Context::new(config, opts);
+    match settings {
+        ProfileSettings::Default => Arc::new(DefaultTools::new(ctx)),
+        ProfileSettings::Jobs(_) => Arc::new(JobsTools::new(ctx)),
+        ProfileSettings::Shell(s) => Arc::new(ShellTools::new(ctx, s)),
+    }
 }

@@ -49,11 +49,9 @@ async fn slow_command_backgrounds_with_a_snapshot_and_keeps_running() {
     assert_eq!(r.status, pb::ExecStatus::Backgrounded as i32);
     let p = r.process.expect("process");
     assert!(p.pid.is_some());
-    assert!(
-        r.message.contains(&p.process_id) && r.message.contains("read("),
-        "{}",
-        r.message
-    );
+    // The daemon returns facts only (front ends phrase the hints): the yield it used, no text.
+    assert_eq!(r.yield_ms, 300);
+    assert!(r.message.is_empty(), "{}", r.message);
     let o = r.output.expect("output");
     assert!(o.stdout.starts_with(b"first\n"), "{:?}", o.stdout);
     let pids = c.ready_pids(&p.process_id, 1).await;

@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 
 use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::ids::is_client_process_id;
+use yieldshell_proto::pb;
 use yieldshell_proto::session_config::{bytes_os, os_bytes};
-use yieldshell_proto::{pb, views};
 
 use super::{ControlService, clamp_output_bytes, output_to_pb};
 use crate::output::{OutputLog, ReadQuery, StreamFilter};
@@ -314,20 +314,12 @@ fn respond(proc: &ManagedProcess, max_out: usize, yield_ms: u64) -> pb::ExecResp
         tail_lines: None,
         use_spool: false,
     });
-    let next_seq = out.next_seq;
-    let id = &proc.id;
-    let message = match status {
-        pb::ExecStatus::Backgrounded => views::backgrounded_message(id, yield_ms, next_seq),
-        pb::ExecStatus::Completed if state.descendants > 0 => {
-            views::descendants_message(id, state.descendants, next_seq)
-        }
-        _ => String::new(),
-    };
+    // Facts only (status, process, next_seq, descendants, yield_ms): each front end phrases its
+    // own hint from them, naming its own commands. `message` stays empty.
     pb::ExecResponse {
         status: status as i32,
         process: Some(proc.info()),
         output: Some(output_to_pb(out)),
-        message,
         yield_ms,
         ..Default::default()
     }

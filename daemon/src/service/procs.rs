@@ -40,7 +40,7 @@ pub(super) async fn write(
 
 fn describe_end(p: &ManagedProcess) -> String {
     let info = p.info();
-    let status = yieldshell_proto::views::process_status_name(info.status);
+    let status = yieldshell_proto::status_names::process_status_name(info.status);
     match (info.exit_code, info.signal) {
         (Some(c), _) => format!("{status}, exit code {c}"),
         (None, Some(s)) => format!("{status}, {s}"),

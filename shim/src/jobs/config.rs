@@ -20,7 +20,7 @@ use yieldshell_proto::session_config::{
     ENV_MAX_PROCESSES, SessionConfig, parse_command_list,
 };
 
-use crate::profile::lookup_set;
+use crate::context::env_var_set;
 
 /// Most concurrently running jobs.
 pub const ENV_MAX_JOBS: &str = "MCP_BG_MAX_JOBS";
@@ -87,9 +87,9 @@ fn seconds(variable: &'static str, value: &str) -> Result<u64, ConfigError> {
 
 /// Applies the `MCP_BG_*` variables (and the spec's defaults) to `config`.
 pub fn apply(config: &mut SessionConfig) -> Result<JobsSettings, ConfigError> {
-    let yieldshell_set = |name: &str| lookup_set(config, name).is_some();
+    let yieldshell_set = |name: &str| env_var_set(config, name).is_some();
 
-    let max_jobs = match lookup_set(config, ENV_MAX_JOBS) {
+    let max_jobs = match env_var_set(config, ENV_MAX_JOBS) {
         Some(v) => match v.parse::<u32>() {
             Ok(n) if n >= 1 => Some(n),
             _ => {
@@ -103,7 +103,7 @@ pub fn apply(config: &mut SessionConfig) -> Result<JobsSettings, ConfigError> {
         None if yieldshell_set(ENV_MAX_PROCESSES) => None,
         None => Some(DEFAULT_MAX_JOBS),
     };
-    let max_output_size = match lookup_set(config, ENV_MAX_OUTPUT_SIZE) {
+    let max_output_size = match env_var_set(config, ENV_MAX_OUTPUT_SIZE) {
         Some(v) => match parse_size(&v) {
             Some(n) if n >= 1 => Some(n),
             _ => {
@@ -117,18 +117,18 @@ pub fn apply(config: &mut SessionConfig) -> Result<JobsSettings, ConfigError> {
         None if yieldshell_set(ENV_MAX_BUFFER_BYTES) => None,
         None => Some(DEFAULT_MAX_OUTPUT_SIZE),
     };
-    let timeout_ms = match lookup_set(config, ENV_JOB_TIMEOUT) {
+    let timeout_ms = match env_var_set(config, ENV_JOB_TIMEOUT) {
         Some(v) => Some(seconds(ENV_JOB_TIMEOUT, &v)?.saturating_mul(1000)),
         None if yieldshell_set(ENV_DEFAULT_TIMEOUT_MS) => None,
         // The spec's default is no timeout.
         None => Some(0),
     };
-    let cleanup_interval = match lookup_set(config, ENV_CLEANUP_INTERVAL) {
+    let cleanup_interval = match env_var_set(config, ENV_CLEANUP_INTERVAL) {
         Some(v) => Duration::from_secs(seconds(ENV_CLEANUP_INTERVAL, &v)?),
         None => DEFAULT_CLEANUP_INTERVAL,
     };
-    let allowed = lookup_set(config, ENV_ALLOWED_COMMANDS).map(|v| parse_command_list(&v));
-    let working_dir = lookup_set(config, ENV_WORKING_DIR).map(PathBuf::from);
+    let allowed = env_var_set(config, ENV_ALLOWED_COMMANDS).map(|v| parse_command_list(&v));
+    let working_dir = env_var_set(config, ENV_WORKING_DIR).map(PathBuf::from);
     let page_configured = yieldshell_set(ENV_MAX_OUTPUT_BYTES);
 
     let p = &mut config.policy;

@@ -18,7 +18,6 @@
 //! answer (`tail` and `output` have it); output printed between step 1 and the write is, as it
 //! cannot be told apart from a fast answer.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -26,11 +25,10 @@ use yieldshell_proto::client::ClientError;
 use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::pb;
 
-use super::tools::{call_error, collect_since, job_id, read};
+use super::tools::{call_error, collect_since, job_id};
 use super::{JobStatus, ProcessOutput, ToolError, job_status};
 use crate::args::Args;
-use crate::server::Shim;
-use crate::tools::describe;
+use crate::context::{Context, describe};
 
 /// Longest wait for the first byte of the answer.
 pub const FIRST_OUTPUT: Duration = Duration::from_millis(2_000);
@@ -51,13 +49,12 @@ fn not_running(job_id: &str) -> ToolError {
 /// Waits until output arrives after `since` or `budget` passes. Returns the end of the log when
 /// output arrived, `None` when the budget passed or the job ended.
 async fn next_output(
-    shim: &Shim,
+    ctx: &Context,
     job_id: &str,
     since: u64,
     budget: Duration,
 ) -> Result<Option<u64>, ClientError> {
     let req = pb::WaitRequest {
-        session_id: shim.session.id().to_string(),
         process_id: job_id.to_string(),
         timeout_ms: Some(u64::try_from(budget.as_millis()).unwrap_or(u64::MAX)),
         until: Some(ANY_OUTPUT.to_string()),
@@ -65,22 +62,14 @@ async fn next_output(
         // Only the end position matters here; the answer is read once, at the end.
         max_output_bytes: Some(1),
         streams: pb::Streams::Both as i32,
+        ..Default::default()
     };
-    let resp = shim
-        .session
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.wait(req).await }
-        })
-        .await?;
+    let resp = ctx.session.wait(req).await?;
     Ok((resp.result == pb::WaitResult::Matched as i32)
         .then(|| resp.output.unwrap_or_default().next_seq))
 }
 
-pub(super) async fn interact(
-    shim: &Arc<Shim>,
-    args: &Args<'_>,
-) -> Result<ProcessOutput, ToolError> {
+pub(super) async fn interact(ctx: &Context, args: &Args<'_>) -> Result<ProcessOutput, ToolError> {
     let id = job_id(args)?;
     let mut input = args
         .opt_string("input")
@@ -91,39 +80,32 @@ pub(super) async fn interact(
     }
 
     // Step 1: where the answer will start, and whether the job can take input at all.
-    let before = read(
-        shim,
-        pb::ReadRequest {
+    let before = ctx
+        .session
+        .read(pb::ReadRequest {
             process_id: id.clone(),
             max_output_bytes: Some(1),
             ..Default::default()
-        },
-    )
-    .await
-    .map_err(|e| call_error(&e, &id, "interact with job"))?;
+        })
+        .await
+        .map_err(|e| call_error(&e, &id, "interact with job"))?;
     if job_status(&before.process.unwrap_or_default()) != JobStatus::Running {
         return Err(not_running(&id));
     }
     let mark = before.output.unwrap_or_default().next_seq.max(1);
     let write = pb::WriteRequest {
-        session_id: shim.session.id().to_string(),
         process_id: id.clone(),
         input: input.into_bytes(),
         eof: false,
+        ..Default::default()
     };
-    shim.session
-        .call(|mut c| {
-            let write = write.clone();
-            async move { c.write(write).await }
-        })
-        .await
-        .map_err(|e| match e.kind() {
-            ErrorKind::ProcessExited => not_running(&id),
-            ErrorKind::StdinClosed => ToolError(format!(
-                "Job {id} has closed its stdin and cannot accept input"
-            )),
-            _ => call_error(&e, &id, "interact with job"),
-        })?;
+    ctx.session.write(write).await.map_err(|e| match e.kind() {
+        ErrorKind::ProcessExited => not_running(&id),
+        ErrorKind::StdinClosed => ToolError(format!(
+            "Job {id} has closed its stdin and cannot accept input"
+        )),
+        _ => call_error(&e, &id, "interact with job"),
+    })?;
     let written = Instant::now();
     let window_err =
         |e: ClientError| ToolError(format!("Failed to interact with job: {}", describe(&e).0));
@@ -136,7 +118,7 @@ pub(super) async fn interact(
         if left.is_zero() {
             break;
         }
-        match next_output(shim, &id, cursor, budget.min(left))
+        match next_output(ctx, &id, cursor, budget.min(left))
             .await
             .map_err(window_err)?
         {
@@ -149,7 +131,7 @@ pub(super) async fn interact(
     }
 
     // Step 4: everything after the mark.
-    let (stdout, stderr) = collect_since(shim, &id, mark)
+    let (stdout, stderr) = collect_since(ctx, &id, mark)
         .await
         .map_err(|e| call_error(&e, &id, "interact with job"))?;
     Ok(ProcessOutput {

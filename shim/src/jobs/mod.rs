@@ -21,19 +21,83 @@ mod tools;
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use rmcp::model::{CallToolResult, ContentBlock, Tool, ToolAnnotations};
+use rmcp::RoleServer;
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
+use rmcp::service::RequestContext;
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use yieldshell_proto::pb;
 
 use crate::args::Args;
-use crate::server::Shim;
+use crate::context::{Context, schema_object, schema_of};
+use crate::tool_set::{BoxFuture, ToolSet};
 
 /// Names of the jobs profile's tools, in listing order.
 pub const TOOL_NAMES: [&str; 7] = [
     "execute", "list", "status", "output", "tail", "kill", "interact",
 ];
+
+/// The `initialize` instructions.
+const USAGE: &str = "Runs shell commands as background jobs. execute starts one (through /bin/sh -c) and returns \
+its job_id at once; status says running, completed, failed or killed; tail shows the last lines and output everything \
+kept; interact writes a line to its stdin and returns the output that follows; kill ends it with every process it \
+started; list shows the jobs of this project, also those an earlier session started.";
+
+/// The jobs profile's tool set.
+pub struct JobsTools {
+    ctx: Context,
+    tools: Vec<Tool>,
+}
+
+impl JobsTools {
+    /// The seven tools over `ctx` (the profile's settings are already applied to its session).
+    pub fn new(ctx: Context) -> JobsTools {
+        JobsTools {
+            ctx,
+            tools: definitions(),
+        }
+    }
+
+    async fn call_tool(
+        &self,
+        name: &str,
+        arguments: &Map<String, Value>,
+    ) -> Option<CallToolResult> {
+        let ctx = &self.ctx;
+        let args = Args::new(arguments);
+        let result = match name {
+            "execute" => tools::execute(ctx, &args).await.map(structured),
+            "list" => tools::list(ctx).await.map(structured),
+            "status" => tools::status(ctx, &args).await.map(structured),
+            "output" => tools::output(ctx, &args).await.map(structured),
+            "tail" => tools::tail(ctx, &args).await.map(structured),
+            "kill" => tools::kill(ctx, &args).await.map(structured),
+            "interact" => interact::interact(ctx, &args).await.map(structured),
+            _ => return None,
+        };
+        Some(result.unwrap_or_else(ToolError::into_result))
+    }
+}
+
+impl ToolSet for JobsTools {
+    fn tools(&self) -> &[Tool] {
+        &self.tools
+    }
+
+    fn instructions(&self) -> String {
+        USAGE.to_string()
+    }
+
+    fn call<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: &'a JsonObject,
+        _request: &'a RequestContext<RoleServer>,
+    ) -> BoxFuture<'a, Option<CallToolResult>> {
+        Box::pin(self.call_tool(name, arguments))
+    }
+}
 
 /// A tool error as FastMCP reports a `ToolError`: `isError` with the message as the only text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,20 +218,12 @@ fn define<T: JsonSchema>(
         "properties": properties,
         "required": required,
     });
-    let input = match input {
-        Value::Object(m) => m,
-        _ => Map::new(),
-    };
-    let output = match crate::tools::schema_of::<T>() {
-        Value::Object(m) => m,
-        _ => Map::new(),
-    };
     Tool::new(
         Cow::Borrowed(name),
         Cow::Owned(description.to_string()),
-        Arc::new(input),
+        Arc::new(schema_object(input)),
     )
-    .with_raw_output_schema(Arc::new(output))
+    .with_raw_output_schema(Arc::new(schema_object(schema_of::<T>())))
     .with_annotations(annotations)
 }
 
@@ -242,26 +298,6 @@ pub fn definitions() -> Vec<Tool> {
             hints(false, false, false),
         ),
     ]
-}
-
-/// Runs one tool. `None` for a name this profile does not have.
-pub async fn call(
-    shim: &Arc<Shim>,
-    name: &str,
-    arguments: &Map<String, Value>,
-) -> Option<CallToolResult> {
-    let args = Args::new(arguments);
-    let result = match name {
-        "execute" => tools::execute(shim, &args).await.map(structured),
-        "list" => tools::list(shim).await.map(structured),
-        "status" => tools::status(shim, &args).await.map(structured),
-        "output" => tools::output(shim, &args).await.map(structured),
-        "tail" => tools::tail(shim, &args).await.map(structured),
-        "kill" => tools::kill(shim, &args).await.map(structured),
-        "interact" => interact::interact(shim, &args).await.map(structured),
-        _ => return None,
-    };
-    Some(result.unwrap_or_else(ToolError::into_result))
 }
 
 fn structured<T: Serialize>(value: T) -> CallToolResult {

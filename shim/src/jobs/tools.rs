@@ -1,7 +1,5 @@
 //! `execute`, `list`, `status`, `output`, `tail` and `kill`: one or two control-plane calls each.
 
-use std::sync::Arc;
-
 use yieldshell_proto::client::ClientError;
 use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::ids::is_client_process_id;
@@ -14,8 +12,7 @@ use super::{
     job_status,
 };
 use crate::args::Args;
-use crate::server::Shim;
-use crate::tools::describe;
+use crate::context::{Context, describe};
 
 /// `tail`'s default line count (the spec's).
 pub const DEFAULT_TAIL_LINES: u64 = 50;
@@ -56,59 +53,42 @@ pub(super) fn call_error(e: &ClientError, job_id: &str, what: &str) -> ToolError
     ToolError(format!("Failed to {what}: {message}"))
 }
 
-/// One `Read` call.
-pub(super) async fn read(
-    shim: &Shim,
-    req: pb::ReadRequest,
-) -> Result<pb::ReadResponse, ClientError> {
-    let mut req = req;
-    req.session_id = shim.session.id().to_string();
-    shim.session
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.read(req).await }
-        })
-        .await
-}
-
 /// The job's state, without its output.
 pub(super) async fn info(
-    shim: &Shim,
+    ctx: &Context,
     job_id: &str,
     what: &str,
 ) -> Result<pb::ProcessInfo, ToolError> {
-    let r = read(
-        shim,
-        pb::ReadRequest {
+    let r = ctx
+        .session
+        .read(pb::ReadRequest {
             process_id: job_id.to_string(),
             max_output_bytes: Some(1),
             ..Default::default()
-        },
-    )
-    .await
-    .map_err(|e| call_error(&e, job_id, what))?;
+        })
+        .await
+        .map_err(|e| call_error(&e, job_id, what))?;
     Ok(r.process.unwrap_or_default())
 }
 
 /// Everything retained from `since` on, paged forward so each byte comes exactly once.
 pub(super) async fn collect_since(
-    shim: &Shim,
+    ctx: &Context,
     job_id: &str,
     since: u64,
 ) -> Result<(Vec<u8>, Vec<u8>), ClientError> {
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
     let mut seq = since.max(1);
     for _ in 0..MAX_PAGES {
-        let r = read(
-            shim,
-            pb::ReadRequest {
+        let r = ctx
+            .session
+            .read(pb::ReadRequest {
                 process_id: job_id.to_string(),
                 since_seq: Some(seq),
                 max_output_bytes: Some(READ_PAGE_BYTES),
                 ..Default::default()
-            },
-        )
-        .await?;
+            })
+            .await?;
         let out = r.output.unwrap_or_default();
         stdout.extend_from_slice(&out.stdout);
         stderr.extend_from_slice(&out.stderr);
@@ -138,7 +118,7 @@ fn refusal(resp: &pb::ExecResponse) -> ToolError {
     ToolError(format!("{prefix}: {}", resp.error))
 }
 
-pub(super) async fn execute(shim: &Arc<Shim>, args: &Args<'_>) -> Result<ExecuteOutput, ToolError> {
+pub(super) async fn execute(ctx: &Context, args: &Args<'_>) -> Result<ExecuteOutput, ToolError> {
     let command = args
         .opt_string("command")
         .map_err(invalid)?
@@ -148,7 +128,6 @@ pub(super) async fn execute(shim: &Arc<Shim>, args: &Args<'_>) -> Result<Execute
     }
     let job_id = uuid::Uuid::new_v4().to_string();
     let req = pb::ExecRequest {
-        session_id: shim.session.id().to_string(),
         command: command.into_bytes(),
         side_effects: vec![SIDE_EFFECTS.to_string()],
         // Return as soon as the job is registered: every job runs in the background.
@@ -156,12 +135,9 @@ pub(super) async fn execute(shim: &Arc<Shim>, args: &Args<'_>) -> Result<Execute
         process_id: Some(job_id.clone()),
         ..Default::default()
     };
-    let resp = shim
+    let resp = ctx
         .session
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.exec(req).await }
-        })
+        .exec(req)
         .await
         .map_err(|e| ToolError(format!("Failed to execute command: {}", describe(&e).0)))?;
     let Some(process) = resp.process.as_ref() else {
@@ -171,18 +147,12 @@ pub(super) async fn execute(shim: &Arc<Shim>, args: &Args<'_>) -> Result<Execute
         // A daemon older than client-chosen ids ignored ours. Its process would be a job nobody
         // can address, so end it and say what to restart.
         let stop = pb::StopRequest {
-            session_id: shim.session.id().to_string(),
             process_id: process.process_id.clone(),
             signal: "SIGKILL".into(),
             force_after_ms: Some(0),
+            ..Default::default()
         };
-        let _ = shim
-            .session
-            .call(|mut c| {
-                let stop = stop.clone();
-                async move { c.stop(stop).await }
-            })
-            .await;
+        let _ = ctx.session.stop(stop).await;
         return Err(ToolError(
             "Failed to execute command: the running yieldshelld is too old for the jobs profile \
              (it ignores client-chosen job ids); restart it with `yieldctl daemon stop`"
@@ -192,19 +162,16 @@ pub(super) async fn execute(shim: &Arc<Shim>, args: &Args<'_>) -> Result<Execute
     Ok(ExecuteOutput { job_id })
 }
 
-pub(super) async fn list(shim: &Arc<Shim>) -> Result<ListOutput, ToolError> {
+pub(super) async fn list(ctx: &Context) -> Result<ListOutput, ToolError> {
     let req = pb::ListRequest {
-        session_id: shim.session.id().to_string(),
         include_completed: true,
         limit: 0,
         scope: pb::Scope::Project as i32,
+        ..Default::default()
     };
-    let resp = shim
+    let resp = ctx
         .session
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.list(req).await }
-        })
+        .list(req)
         .await
         .map_err(|e| ToolError(format!("Failed to list jobs: {}", describe(&e).0)))?;
     let jobs = resp
@@ -221,23 +188,23 @@ pub(super) async fn list(shim: &Arc<Shim>) -> Result<ListOutput, ToolError> {
     Ok(ListOutput { jobs })
 }
 
-pub(super) async fn status(shim: &Arc<Shim>, args: &Args<'_>) -> Result<StatusOutput, ToolError> {
+pub(super) async fn status(ctx: &Context, args: &Args<'_>) -> Result<StatusOutput, ToolError> {
     let id = job_id(args)?;
-    let p = info(shim, &id, "get job status").await?;
+    let p = info(ctx, &id, "get job status").await?;
     Ok(StatusOutput {
         status: job_status(&p),
     })
 }
 
-pub(super) async fn output(shim: &Arc<Shim>, args: &Args<'_>) -> Result<ProcessOutput, ToolError> {
+pub(super) async fn output(ctx: &Context, args: &Args<'_>) -> Result<ProcessOutput, ToolError> {
     let id = job_id(args)?;
-    let (stdout, stderr) = collect_since(shim, &id, 1)
+    let (stdout, stderr) = collect_since(ctx, &id, 1)
         .await
         .map_err(|e| call_error(&e, &id, "get job output"))?;
     Ok(process_output(&stdout, &stderr))
 }
 
-pub(super) async fn tail(shim: &Arc<Shim>, args: &Args<'_>) -> Result<ProcessOutput, ToolError> {
+pub(super) async fn tail(ctx: &Context, args: &Args<'_>) -> Result<ProcessOutput, ToolError> {
     let id = job_id(args)?;
     let lines = args
         .opt_u64("lines")
@@ -251,18 +218,17 @@ pub(super) async fn tail(shim: &Arc<Shim>, args: &Args<'_>) -> Result<ProcessOut
     // Each stream's own last lines, as the original keeps one buffer per stream.
     let mut texts = Vec::with_capacity(2);
     for streams in [pb::Streams::Stdout, pb::Streams::Stderr] {
-        let r = read(
-            shim,
-            pb::ReadRequest {
+        let r = ctx
+            .session
+            .read(pb::ReadRequest {
                 process_id: id.clone(),
                 max_output_bytes: Some(READ_PAGE_BYTES),
                 streams: streams as i32,
                 tail_lines: Some(lines as u32),
                 ..Default::default()
-            },
-        )
-        .await
-        .map_err(|e| call_error(&e, &id, "tail job output"))?;
+            })
+            .await
+            .map_err(|e| call_error(&e, &id, "tail job output"))?;
         let out = r.output.unwrap_or_default();
         texts.push(match streams {
             pb::Streams::Stderr => out.stderr,
@@ -272,26 +238,19 @@ pub(super) async fn tail(shim: &Arc<Shim>, args: &Args<'_>) -> Result<ProcessOut
     Ok(process_output(&texts[0], &texts[1]))
 }
 
-pub(super) async fn kill(shim: &Arc<Shim>, args: &Args<'_>) -> Result<KillOutput, ToolError> {
+pub(super) async fn kill(ctx: &Context, args: &Args<'_>) -> Result<KillOutput, ToolError> {
     let id = args.string("job_id").map_err(invalid)?;
     let answer = |s: &str| Ok(KillOutput { status: s.into() });
     if !is_client_process_id(&id) {
         return answer("not_found");
     }
     let req = pb::StopRequest {
-        session_id: shim.session.id().to_string(),
         process_id: id.clone(),
         signal: "SIGTERM".into(),
         force_after_ms: Some(KILL_GRACE_MS),
+        ..Default::default()
     };
-    match shim
-        .session
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.stop(req).await }
-        })
-        .await
-    {
+    match ctx.session.stop(req).await {
         Ok(r) if r.stopped => answer("killed"),
         Ok(r) if r.error_kind == ErrorKind::ProcessExited.as_str() => answer("already_terminated"),
         Ok(r) => Err(ToolError(format!("Failed to kill job: {}", r.error))),

@@ -14,7 +14,7 @@ use yieldshell_proto::session_config::{
     ConfigError, ENV_MAX_BUFFER_BYTES, SessionConfig, parse_command_list,
 };
 
-use crate::profile::{lookup, lookup_set};
+use crate::context::{env_var, env_var_set};
 
 /// The allowlist.
 pub const ENV_ALLOW_COMMANDS: &str = "ALLOW_COMMANDS";
@@ -53,7 +53,7 @@ fn positive_secs(
     name: &'static str,
     default: u64,
 ) -> Result<u64, ConfigError> {
-    match lookup_set(config, name) {
+    match env_var_set(config, name) {
         None => Ok(default),
         Some(v) => match v.parse::<u64>() {
             Ok(n) if n >= 1 => Ok(n),
@@ -70,7 +70,7 @@ fn positive_secs(
 pub fn apply(config: &mut SessionConfig) -> Result<ShellSettings, ConfigError> {
     let mut allowed = Vec::new();
     for name in [ENV_ALLOW_COMMANDS, ENV_ALLOWED_COMMANDS] {
-        for program in lookup(config, name)
+        for program in env_var(config, name)
             .map(|v| parse_command_list(&v))
             .unwrap_or_default()
         {
@@ -84,7 +84,7 @@ pub fn apply(config: &mut SessionConfig) -> Result<ShellSettings, ConfigError> {
     let default_timeout_secs =
         positive_secs(config, ENV_DEFAULT_TIMEOUT, DEFAULT_TIMEOUT_SECS)?.min(max_timeout_secs);
 
-    let ring_configured = lookup_set(config, ENV_MAX_BUFFER_BYTES).is_some();
+    let ring_configured = env_var_set(config, ENV_MAX_BUFFER_BYTES).is_some();
 
     let p = &mut config.policy;
     p.allow_commands = allowed.clone();

@@ -14,10 +14,10 @@ pub mod config;
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::Instant;
 
 use rmcp::RoleServer;
-use rmcp::model::{CallToolResult, Tool, ToolAnnotations};
+use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
 use rmcp::service::RequestContext;
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -26,9 +26,11 @@ use yieldshell_proto::client::ClientError;
 use yieldshell_proto::pb;
 use yieldshell_proto::views::text;
 
-use crate::progress::{HEARTBEAT, Progress};
-use crate::server::Shim;
-use crate::tools::{describe, last_line};
+use crate::context::{Context, describe, schema_object, schema_of};
+use crate::progress::{
+    Progress, SettleSpec, Settled, backgrounded, heartbeat_ms, run_until_settled,
+};
+use crate::tool_set::{BoxFuture, ToolSet};
 use config::{OUTPUT_LIMIT_BYTES, ShellSettings, TIMEOUT_SLACK_MS};
 
 /// The tool's name, as the original server names it.
@@ -37,6 +39,49 @@ pub const TOOL_NAME: &str = "shell_execute";
 /// Side effects every command declares: the original has no such notion (`UNKNOWN` is not
 /// blocked by default).
 const SIDE_EFFECTS: &str = "UNKNOWN";
+
+/// The shell profile's tool set: one tool.
+pub struct ShellTools {
+    ctx: Context,
+    settings: ShellSettings,
+    tools: Vec<Tool>,
+}
+
+impl ShellTools {
+    /// `shell_execute` over `ctx`, with the profile's `settings`.
+    pub fn new(ctx: Context, settings: ShellSettings) -> ShellTools {
+        let tools = vec![definition(&settings)];
+        ShellTools {
+            ctx,
+            settings,
+            tools,
+        }
+    }
+}
+
+impl ToolSet for ShellTools {
+    fn tools(&self) -> &[Tool] {
+        &self.tools
+    }
+
+    /// The tool's description, as the original server's only documentation.
+    fn instructions(&self) -> String {
+        self.tools
+            .first()
+            .and_then(|t| t.description.as_deref())
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    fn call<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: &'a JsonObject,
+        request: &'a RequestContext<RoleServer>,
+    ) -> BoxFuture<'a, Option<CallToolResult>> {
+        Box::pin(call(&self.ctx, &self.settings, name, arguments, request))
+    }
+}
 
 /// The response of `shell_execute`.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
@@ -103,16 +148,12 @@ pub fn definition(s: &ShellSettings) -> Tool {
         },
         "required": ["command"]
     });
-    let object = |v: Value| match v {
-        Value::Object(m) => m,
-        _ => Map::new(),
-    };
     Tool::new(
         Cow::Borrowed(TOOL_NAME),
         Cow::Owned(description),
-        Arc::new(object(input)),
+        Arc::new(schema_object(input)),
     )
-    .with_raw_output_schema(Arc::new(object(crate::tools::schema_of::<ShellResult>())))
+    .with_raw_output_schema(Arc::new(schema_object(schema_of::<ShellResult>())))
     .with_annotations(
         ToolAnnotations::new()
             .read_only(false)
@@ -243,42 +284,30 @@ fn daemon_error(e: &ClientError) -> ShellResult {
     ShellResult::refused(describe(e).0)
 }
 
-async fn stop(shim: &Shim, id: &str) {
+async fn stop(ctx: &Context, id: &str) {
     let req = pb::StopRequest {
-        session_id: shim.session.id().to_string(),
         process_id: id.to_string(),
         signal: "SIGTERM".into(),
         force_after_ms: Some(2_000),
+        ..Default::default()
     };
     // Best effort: the caller has gone, or the command outlived every deadline.
-    let _ = shim
-        .session
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.stop(req).await }
-        })
-        .await;
+    let _ = ctx.session.stop(req).await;
 }
 
 async fn run(
-    shim: &Arc<Shim>,
+    ctx: &Context,
     s: &ShellSettings,
     c: &Call,
-    ctx: &RequestContext<RoleServer>,
+    request: &RequestContext<RoleServer>,
 ) -> ShellResult {
     if let Err(message) = argv::check(&c.argv, &s.allowed) {
         return ShellResult::refused(message);
     }
     let budget_ms = c.timeout_secs.saturating_mul(1000) + TIMEOUT_SLACK_MS;
-    let heartbeat = HEARTBEAT.as_millis() as u64;
-    let progress = Progress::from_request(ctx, Some(budget_ms)).filter(|_| budget_ms > heartbeat);
-    let slice = if progress.is_some() {
-        heartbeat
-    } else {
-        budget_ms
-    };
+    let started = Instant::now();
+    let progress = Progress::for_call(request, budget_ms);
     let req = pb::ExecRequest {
-        session_id: shim.session.id().to_string(),
         command: argv::shell_line(&c.argv).into_bytes(),
         side_effects: vec![SIDE_EFFECTS.to_string()],
         cwd: c.directory.clone().map(String::into_bytes),
@@ -286,80 +315,73 @@ async fn run(
         // Always closed: a command reading stdin gets EOF instead of waiting for its timeout.
         close_stdin: true,
         name: Some(TOOL_NAME.to_string()),
-        yield_ms: Some(slice),
+        // The first slice: one heartbeat when progress is reported, else the whole budget.
+        yield_ms: Some(if progress.is_some() {
+            heartbeat_ms()
+        } else {
+            budget_ms
+        }),
         timeout_ms: Some(c.timeout_secs.saturating_mul(1000)),
         max_output_bytes: Some(OUTPUT_LIMIT_BYTES),
         ..Default::default()
     };
-    let resp = match shim
-        .session
-        .call(|mut client| {
-            let req = req.clone();
-            async move { client.exec(req).await }
-        })
-        .await
-    {
+    let resp = match ctx.session.exec(req).await {
         Ok(r) => r,
         Err(e) => return daemon_error(&e),
     };
-    let Some(mut info) = resp.process.clone() else {
+    let Some(info) = resp.process.as_ref() else {
         return ShellResult::refused(resp.error);
     };
-    let mut out = resp.output.unwrap_or_default();
-    let started = std::time::Instant::now();
-    let mut settled = resp.status != pb::ExecStatus::Backgrounded as i32;
-    while !settled {
-        if let Some(p) = &progress {
-            p.send("running", last_line(&out.stdout, &out.stderr)).await;
-        }
-        if started.elapsed() > Duration::from_millis(budget_ms) {
-            // The daemon's timeout should have ended it long ago; do not block for ever.
-            stop(shim, &info.process_id).await;
-            break;
-        }
-        let wait = pb::WaitRequest {
-            session_id: shim.session.id().to_string(),
+    if resp.status != pb::ExecStatus::Backgrounded as i32 {
+        return finished(c, info, &resp.output.unwrap_or_default());
+    }
+    let spec = SettleSpec {
+        request,
+        progress: progress.as_ref(),
+        what: "running",
+        wait: pb::WaitRequest {
             process_id: info.process_id.clone(),
-            timeout_ms: Some(slice),
             max_output_bytes: Some(OUTPUT_LIMIT_BYTES),
             ..Default::default()
-        };
-        let result = tokio::select! {
-            r = shim.session.call(|mut client| {
-                let wait = wait.clone();
-                async move { client.wait(wait).await }
-            }) => r,
-            _ = ctx.ct.cancelled() => {
-                // Nobody waits for the answer any more; the original kills the command too.
-                stop(shim, &info.process_id).await;
-                return ShellResult::refused("the call was cancelled");
-            }
-        };
-        match result {
-            Ok(w) => {
-                info = w.process.unwrap_or_default();
-                out = w.output.unwrap_or_default();
-                settled = w.result == pb::WaitResult::Exited as i32;
-            }
-            Err(e) => return daemon_error(&e),
+        },
+        budget_ms,
+        started,
+    };
+    let settled = run_until_settled(&ctx.session, spec, Some(backgrounded(&resp))).await;
+    let state = match settled {
+        Settled::Done(state) => state,
+        Settled::OutOfTime(state) => {
+            // The daemon's timeout should have ended it long ago; do not block for ever.
+            stop(ctx, &info.process_id).await;
+            state
         }
-    }
-    finished(c, &info, &out)
+        Settled::Cancelled(_) => {
+            // Nobody waits for the answer any more; the original kills the command too.
+            stop(ctx, &info.process_id).await;
+            return ShellResult::refused("the call was cancelled");
+        }
+        Settled::Failed(e, _) => return daemon_error(&e),
+    };
+    finished(
+        c,
+        &state.process.unwrap_or_default(),
+        &state.output.unwrap_or_default(),
+    )
 }
 
 /// Runs `shell_execute`. `None` for any other name.
-pub async fn call(
-    shim: &Arc<Shim>,
+async fn call(
+    ctx: &Context,
     s: &ShellSettings,
     name: &str,
     arguments: &Map<String, Value>,
-    ctx: &RequestContext<RoleServer>,
+    request: &RequestContext<RoleServer>,
 ) -> Option<CallToolResult> {
     if name != TOOL_NAME {
         return None;
     }
     let result = match parse(arguments, s) {
-        Ok(c) => run(shim, s, &c, ctx).await,
+        Ok(c) => run(ctx, s, &c, request).await,
         Err(message) => ShellResult::refused(message),
     };
     Some(result.into_result())

@@ -1,7 +1,6 @@
 //! The `exec` tool.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::time::Instant;
 
 use rmcp::RoleServer;
 use rmcp::model::{CallToolResult, Tool, ToolAnnotations};
@@ -11,13 +10,15 @@ use yieldshell_proto::pb;
 use yieldshell_proto::session_config::SIDE_EFFECTS;
 use yieldshell_proto::views::{self, ExecView};
 
-use super::{ErrorBody, describe, last_line, output_schema, respond_with, tool};
+use super::{ErrorBody, output_schema, respond_with, tool};
 use crate::args::{ArgError, Args};
-use crate::progress::{HEARTBEAT, Progress};
-use crate::server::Shim;
+use crate::context::{Context, describe};
+use crate::progress::{
+    Progress, SettleSpec, Settled, backgrounded, heartbeat_ms, run_until_settled,
+};
 
-pub(super) fn definition(shim: &Shim) -> Tool {
-    let p = &shim.config.policy;
+pub(super) fn definition(ctx: &Context) -> Tool {
+    let p = &ctx.config.policy;
     let default_yield = p.default_yield_ms.unwrap_or(5_000);
     let max_yield = p.max_yield_ms.unwrap_or(300_000);
     let max_out = p.max_output_bytes.unwrap_or(20_000);
@@ -69,7 +70,7 @@ pub(super) fn definition(shim: &Shim) -> Tool {
     )
 }
 
-fn parse(shim: &Shim, args: &Args) -> Result<pb::ExecRequest, ArgError> {
+fn parse(args: &Args) -> Result<pb::ExecRequest, ArgError> {
     let command = args.string("command")?;
     let side_effects = args.string_list("side_effects")?.unwrap_or_default();
     let env = args
@@ -81,7 +82,6 @@ fn parse(shim: &Shim, args: &Args) -> Result<pb::ExecRequest, ArgError> {
         })
         .collect();
     Ok(pb::ExecRequest {
-        session_id: shim.session.id().to_string(),
         command: command.into_bytes(),
         side_effects,
         cwd: args.opt_string("cwd")?.map(String::into_bytes),
@@ -93,41 +93,51 @@ fn parse(shim: &Shim, args: &Args) -> Result<pb::ExecRequest, ArgError> {
         timeout_ms: args.opt_u64("timeout_ms")?,
         max_output_bytes: args.opt_u64("max_output_bytes")?,
         shell: args.opt_string("shell")?,
-        process_id: None,
+        ..Default::default()
     })
 }
 
-async fn exec_once(shim: &Shim, req: &pb::ExecRequest) -> Result<pb::ExecResponse, CallToolResult> {
-    shim.session
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.exec(req).await }
-        })
-        .await
-        .map_err(|e| {
-            let (msg, kind) = describe(&e);
-            respond_with(&ExecView::failed_to_start(msg, kind))
-        })
+async fn exec_once(
+    ctx: &Context,
+    req: pb::ExecRequest,
+) -> Result<pb::ExecResponse, CallToolResult> {
+    ctx.session.exec(req).await.map_err(|e| {
+        let (msg, kind) = describe(&e);
+        respond_with(&ExecView::failed_to_start(msg, kind))
+    })
+}
+
+/// The body of an exec that waited in slices: `state` is the latest wait answer, `settled`
+/// whether the process ended.
+fn sliced_view(state: &pb::WaitResponse, settled: bool, yield_ms: u64) -> ExecView {
+    let info = state.process.clone().unwrap_or_default();
+    let out = state.output.clone().unwrap_or_default();
+    let status = if settled {
+        views::process_status_name(info.status)
+    } else {
+        views::exec_status_name(pb::ExecStatus::Backgrounded as i32)
+    };
+    let message = views::exec_hint(status, &info, out.next_seq, yield_ms);
+    ExecView::of_process(&info, &out, status, message)
 }
 
 pub(super) async fn call(
-    shim: &Arc<Shim>,
+    ctx: &Context,
     args: &Args<'_>,
-    ctx: &RequestContext<RoleServer>,
+    request: &RequestContext<RoleServer>,
 ) -> CallToolResult {
-    let req = match parse(shim, args) {
+    let req = match parse(args) {
         Ok(r) => r,
         Err(e) => return respond_with(&ExecView::failed_to_start(e.0, "invalid_argument")),
     };
-    let p = &shim.config.policy;
+    let p = &ctx.config.policy;
     let yield_ms = req
         .yield_ms
         .unwrap_or(p.default_yield_ms.unwrap_or(5_000))
         .min(p.max_yield_ms.unwrap_or(300_000));
-    let heartbeat = HEARTBEAT.as_millis() as u64;
-    let progress = Progress::from_request(ctx, Some(yield_ms)).filter(|_| yield_ms > heartbeat);
-    let Some(progress) = progress else {
-        return match exec_once(shim, &req).await {
+    let started = Instant::now();
+    let Some(progress) = Progress::for_call(request, yield_ms) else {
+        return match exec_once(ctx, req).await {
             Ok(r) => respond_with(&ExecView::from(&r)),
             Err(e) => e,
         };
@@ -136,11 +146,12 @@ pub(super) async fn call(
     // With a progress token and a long yield: yield after one heartbeat, then wait in slices,
     // reporting progress in between. To the agent this is the same exec: it returns as soon as
     // the command ends, or as backgrounded once `yield_ms` has passed.
+    let max_output_bytes = req.max_output_bytes;
     let first = match exec_once(
-        shim,
-        &pb::ExecRequest {
-            yield_ms: Some(heartbeat),
-            ..req.clone()
+        ctx,
+        pb::ExecRequest {
+            yield_ms: Some(heartbeat_ms()),
+            ..req
         },
     )
     .await
@@ -148,71 +159,37 @@ pub(super) async fn call(
         Ok(r) => r,
         Err(e) => return e,
     };
+    let Some(info) = first.process.as_ref() else {
+        return respond_with(&ExecView::from(&first));
+    };
     if first.status != pb::ExecStatus::Backgrounded as i32 {
         return respond_with(&ExecView::from(&first));
     }
-    let Some(info) = first.process.clone() else {
-        return respond_with(&ExecView::from(&first));
-    };
-    let id = info.process_id.clone();
-    let mut latest = first.output.clone().unwrap_or_default();
-    let mut latest_info = info;
-    loop {
-        progress
-            .send("running", last_line(&latest.stdout, &latest.stderr))
-            .await;
-        let waited = progress.elapsed().as_millis() as u64;
-        if waited >= yield_ms {
-            break;
-        }
-        let slice = (yield_ms - waited).min(heartbeat);
-        let wait = pb::WaitRequest {
-            session_id: shim.session.id().to_string(),
-            process_id: id.clone(),
-            timeout_ms: Some(slice),
-            max_output_bytes: req.max_output_bytes,
+    let spec = SettleSpec {
+        request,
+        progress: Some(&progress),
+        what: "running",
+        wait: pb::WaitRequest {
+            process_id: info.process_id.clone(),
+            max_output_bytes,
             ..Default::default()
-        };
-        let resp = tokio::select! {
-            r = shim.session.call(|mut c| {
-                let wait = wait.clone();
-                async move { c.wait(wait).await }
-            }) => r,
-            _ = ctx.ct.cancelled() => break,
-        };
-        let resp = match resp {
-            Ok(r) => r,
-            Err(e) => {
-                let (msg, kind) = describe(&e);
-                let mut v = ExecView::of_process(&latest_info, &latest, "backgrounded", "");
-                v.error = Some(msg);
-                v.error_kind = Some(kind.to_string());
-                return respond_with(&v);
-            }
-        };
-        latest = resp.output.clone().unwrap_or_default();
-        latest_info = resp.process.clone().unwrap_or_default();
-        if resp.result == pb::WaitResult::Exited as i32 {
-            let status = views::process_status_name(latest_info.status);
-            let message = if latest_info.descendants_running > 0 {
-                views::descendants_message(&id, latest_info.descendants_running, latest.next_seq)
-            } else {
-                String::new()
-            };
-            return respond_with(&ExecView::of_process(
-                &latest_info,
-                &latest,
-                status,
-                &message,
-            ));
+        },
+        budget_ms: yield_ms,
+        started,
+    };
+    match run_until_settled(&ctx.session, spec, Some(backgrounded(&first))).await {
+        Settled::Done(state) => respond_with(&sliced_view(&state, true, yield_ms)),
+        // A cancelled call leaves the command running, like a yield.
+        Settled::OutOfTime(state) | Settled::Cancelled(state) => {
+            respond_with(&sliced_view(&state, false, yield_ms))
         }
-        tokio::time::sleep(Duration::ZERO).await;
+        Settled::Failed(e, state) => {
+            let (msg, kind) = describe(&e);
+            let mut v = sliced_view(&state, false, yield_ms);
+            v.message = None;
+            v.error = Some(msg);
+            v.error_kind = Some(kind.to_string());
+            respond_with(&v)
+        }
     }
-    let message = views::backgrounded_message(&id, yield_ms, latest.next_seq);
-    respond_with(&ExecView::of_process(
-        &latest_info,
-        &latest,
-        "backgrounded",
-        &message,
-    ))
 }

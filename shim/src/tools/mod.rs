@@ -1,27 +1,28 @@
 //! The seven tools of the default profile (DESIGN §3): definitions (input and output schemas,
-//! annotations, descriptions) and handlers.
+//! annotations, descriptions) and handlers, served by [`DefaultTools`].
 //!
 //! Every handler returns a tool result: the JSON body as `structuredContent` and as one text
 //! block. `isError` is true exactly when the body carries an `error`. Bodies of tools that take a
 //! `process_id` always echo it.
 
 mod exec;
+pub mod instructions;
 mod output;
 mod procs;
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rmcp::RoleServer;
 use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
 use rmcp::service::RequestContext;
 use schemars::JsonSchema;
 use serde_json::{Map, Value, json};
-use yieldshell_proto::client::ClientError;
 use yieldshell_proto::errors::ErrorKind;
 
 use crate::args::{ArgError, Args};
-use crate::server::Shim;
+use crate::context::{Context, schema_object, schema_of};
+use crate::tool_set::{BoxFuture, ToolSet};
 
 /// Longest a single blocking call waits (DESIGN §3, FIELD: MCP clients time out at 60 s).
 pub const MAX_BLOCKING_MS: u64 = 55_000;
@@ -29,37 +30,85 @@ pub const MAX_BLOCKING_MS: u64 = 55_000;
 /// Names of the default profile's tools, in listing order.
 pub const TOOL_NAMES: [&str; 7] = ["exec", "read", "write", "wait", "stop", "ps", "cleanup"];
 
-/// The tool definitions, built once per shim from its session defaults.
-pub fn definitions(shim: &Shim) -> Vec<Tool> {
-    vec![
-        exec::definition(shim),
-        output::read_definition(shim),
-        procs::write_definition(),
-        output::wait_definition(shim),
-        procs::stop_definition(),
-        procs::ps_definition(),
-        procs::cleanup_definition(),
-    ]
+/// The default profile's tool set.
+pub struct DefaultTools {
+    ctx: Context,
+    tools: Vec<Tool>,
+    /// The usage text, extended on `initialize` with the project's running processes.
+    instructions: Mutex<String>,
 }
 
-/// Runs one tool. `None` for an unknown tool name (a protocol error, not a tool result).
-pub async fn call(
-    shim: &Arc<Shim>,
-    name: &str,
-    arguments: &Map<String, Value>,
-    ctx: &RequestContext<RoleServer>,
-) -> Option<CallToolResult> {
-    let args = Args::new(arguments);
-    Some(match name {
-        "exec" => exec::call(shim, &args, ctx).await,
-        "read" => output::read(shim, &args).await,
-        "write" => procs::write(shim, &args).await,
-        "wait" => output::wait(shim, &args, ctx).await,
-        "stop" => procs::stop(shim, &args).await,
-        "ps" => procs::ps(shim, &args).await,
-        "cleanup" => procs::cleanup(shim, &args).await,
-        _ => return None,
-    })
+impl DefaultTools {
+    /// The seven tools over `ctx`, their schemas showing its session defaults.
+    pub fn new(ctx: Context) -> DefaultTools {
+        let tools = vec![
+            exec::definition(&ctx),
+            output::read_definition(&ctx),
+            procs::write_definition(),
+            output::wait_definition(&ctx),
+            procs::stop_definition(),
+            procs::ps_definition(),
+            procs::cleanup_definition(),
+        ];
+        DefaultTools {
+            ctx,
+            tools,
+            instructions: Mutex::new(instructions::USAGE.to_string()),
+        }
+    }
+
+    async fn call_tool(
+        &self,
+        name: &str,
+        arguments: &Map<String, Value>,
+        request: &RequestContext<RoleServer>,
+    ) -> Option<CallToolResult> {
+        let ctx = &self.ctx;
+        let args = Args::new(arguments);
+        Some(match name {
+            "exec" => exec::call(ctx, &args, request).await,
+            "read" => output::read(ctx, &args).await,
+            "write" => procs::write(ctx, &args).await,
+            "wait" => output::wait(ctx, &args, request).await,
+            "stop" => procs::stop(ctx, &args).await,
+            "ps" => procs::ps(ctx, &args).await,
+            "cleanup" => procs::cleanup(ctx, &args).await,
+            _ => return None,
+        })
+    }
+}
+
+impl ToolSet for DefaultTools {
+    fn tools(&self) -> &[Tool] {
+        &self.tools
+    }
+
+    fn instructions(&self) -> String {
+        self.instructions
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
+    }
+
+    fn refresh_instructions(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            // The lock is taken only after the lookup, never across an await.
+            if let Some(text) = instructions::with_running_processes(&self.ctx.session).await
+                && let Ok(mut s) = self.instructions.lock()
+            {
+                *s = text;
+            }
+        })
+    }
+
+    fn call<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: &'a JsonObject,
+        request: &'a RequestContext<RoleServer>,
+    ) -> BoxFuture<'a, Option<CallToolResult>> {
+        Box::pin(self.call_tool(name, arguments, request))
+    }
 }
 
 /// A tool result carrying `body`; an error result when the body has a non-null `error`.
@@ -79,16 +128,6 @@ pub fn respond_with<T: serde::Serialize>(view: &T) -> CallToolResult {
             respond(json!({"error": format!("internal error: {e}"), "error_kind": "internal"}))
         }
     }
-}
-
-/// Message and kind of a client error, worded for an agent.
-pub fn describe(e: &ClientError) -> (String, &'static str) {
-    let kind = e.kind();
-    let message = match e {
-        ClientError::Rpc(status) => status.message().to_string(),
-        other => other.to_string(),
-    };
-    (message, kind.as_str())
 }
 
 /// The error body of a tool that takes a process id: echoes the id (plus the tool's own flag,
@@ -112,22 +151,6 @@ pub fn arg_error(e: &ArgError, process_id: Option<&str>) -> Map<String, Value> {
         m.remove("process_id");
     }
     m
-}
-
-fn schema_object(v: Value) -> JsonObject {
-    match v {
-        Value::Object(m) => m,
-        _ => JsonObject::new(),
-    }
-}
-
-/// The JSON Schema of `T`, without the `$schema` key (MCP tool schemas are plain objects).
-pub fn schema_of<T: JsonSchema>() -> Value {
-    let mut v = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null);
-    if let Value::Object(m) = &mut v {
-        m.remove("$schema");
-    }
-    v
 }
 
 /// An output schema accepting either the tool's result or its error body. `$defs` of both are
@@ -177,16 +200,4 @@ pub struct ErrorBody {
     pub error: String,
     /// Machine-readable kind.
     pub error_kind: String,
-}
-
-/// Latest non-empty output line (for progress messages), at most 200 characters.
-pub fn last_line(stdout: &[u8], stderr: &[u8]) -> Option<String> {
-    let pick = |b: &[u8]| {
-        String::from_utf8_lossy(b)
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .map(|l| l.chars().take(200).collect::<String>())
-    };
-    pick(stdout).or_else(|| pick(stderr))
 }

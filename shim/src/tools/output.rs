@@ -1,6 +1,6 @@
 //! The `read` and `wait` tools.
 
-use std::sync::Arc;
+use std::time::Instant;
 
 use rmcp::RoleServer;
 use rmcp::model::{CallToolResult, Tool, ToolAnnotations};
@@ -10,18 +10,17 @@ use yieldshell_proto::pb;
 use yieldshell_proto::views::{ProcessErrorView, ReadView, StreamSelection, WaitView};
 
 use super::{
-    MAX_BLOCKING_MS, arg_error, describe, last_line, output_schema, process_error, respond,
-    respond_with, tool,
+    MAX_BLOCKING_MS, arg_error, output_schema, process_error, respond, respond_with, tool,
 };
 use crate::args::{ArgError, Args};
-use crate::progress::{HEARTBEAT, Progress};
-use crate::server::Shim;
+use crate::context::{Context, describe};
+use crate::progress::{Progress, SettleSpec, Settled, run_until_settled};
 
 /// Largest `tail_lines`.
 const MAX_TAIL_LINES: u64 = 100_000;
 
-pub(super) fn read_definition(shim: &Shim) -> Tool {
-    let max_out = shim.config.policy.max_output_bytes.unwrap_or(20_000);
+pub(super) fn read_definition(ctx: &Context) -> Tool {
+    let max_out = ctx.config.policy.max_output_bytes.unwrap_or(20_000);
     let input = json!({
         "type": "object",
         "properties": {
@@ -59,7 +58,7 @@ fn streams_arg(args: &Args) -> Result<StreamSelection, ArgError> {
         .unwrap_or(StreamSelection::Both))
 }
 
-pub(super) async fn read(shim: &Arc<Shim>, args: &Args<'_>) -> CallToolResult {
+pub(super) async fn read(ctx: &Context, args: &Args<'_>) -> CallToolResult {
     let id = args
         .opt_string("process_id")
         .ok()
@@ -75,13 +74,12 @@ pub(super) async fn read(shim: &Arc<Shim>, args: &Args<'_>) -> CallToolResult {
             )));
         }
         Ok(pb::ReadRequest {
-            session_id: shim.session.id().to_string(),
             process_id,
             since_seq: args.opt_u64("since_seq")?.map(|s| s.max(1)),
             max_output_bytes: args.opt_u64("max_output_bytes")?,
             streams: streams.to_pb() as i32,
             tail_lines: tail_lines.map(|n| n as u32),
-            use_spool: false,
+            ..Default::default()
         })
     })();
     let req = match parsed {
@@ -89,14 +87,7 @@ pub(super) async fn read(shim: &Arc<Shim>, args: &Args<'_>) -> CallToolResult {
         Err(e) => return respond(Value::Object(arg_error(&e, Some(&id)))),
     };
     let streams = streams_arg(args).unwrap_or(StreamSelection::Both);
-    match shim
-        .session
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.read(req).await }
-        })
-        .await
-    {
+    match ctx.session.read(req.clone()).await {
         Ok(r) => respond_with(&ReadView::new(
             &r.process.unwrap_or_default(),
             &r.output.unwrap_or_default(),
@@ -109,8 +100,8 @@ pub(super) async fn read(shim: &Arc<Shim>, args: &Args<'_>) -> CallToolResult {
     }
 }
 
-pub(super) fn wait_definition(shim: &Shim) -> Tool {
-    let max_out = shim.config.policy.max_output_bytes.unwrap_or(20_000);
+pub(super) fn wait_definition(ctx: &Context) -> Tool {
+    let max_out = ctx.config.policy.max_output_bytes.unwrap_or(20_000);
     let input = json!({
         "type": "object",
         "properties": {
@@ -141,9 +132,9 @@ pub(super) fn wait_definition(shim: &Shim) -> Tool {
 }
 
 pub(super) async fn wait(
-    shim: &Arc<Shim>,
+    ctx: &Context,
     args: &Args<'_>,
-    ctx: &RequestContext<RoleServer>,
+    request: &RequestContext<RoleServer>,
 ) -> CallToolResult {
     let id = args
         .opt_string("process_id")
@@ -159,13 +150,12 @@ pub(super) async fn wait(
         let until = args.opt_string("until")?.filter(|u| !u.is_empty());
         Ok((
             pb::WaitRequest {
-                session_id: shim.session.id().to_string(),
                 process_id,
-                timeout_ms: Some(timeout),
                 until,
                 since_seq: args.opt_u64("since_seq")?.map(|s| s.max(1)),
                 max_output_bytes: args.opt_u64("max_output_bytes")?,
                 streams: pb::Streams::Both as i32,
+                ..Default::default()
             },
             timeout,
         ))
@@ -174,40 +164,27 @@ pub(super) async fn wait(
         Ok(r) => r,
         Err(e) => return respond(Value::Object(arg_error(&e, Some(&id)))),
     };
-    let heartbeat = HEARTBEAT.as_millis() as u64;
-    let progress = Progress::from_request(ctx, Some(timeout)).filter(|_| timeout > heartbeat);
-    loop {
-        let slice = match &progress {
-            Some(p) => (timeout.saturating_sub(p.elapsed().as_millis() as u64)).min(heartbeat),
-            None => timeout,
-        };
-        let call = pb::WaitRequest {
-            timeout_ms: Some(slice),
-            ..req.clone()
-        };
-        let result = tokio::select! {
-            r = shim.session.call(|mut c| {
-                let call = call.clone();
-                async move { c.wait(call).await }
-            }) => r,
-            _ = ctx.ct.cancelled() => {
-                return respond(Value::Object(process_error(&req.process_id, "the wait was cancelled by the client", "invalid_argument")));
-            }
-        };
-        let resp = match result {
-            Ok(r) => r,
-            Err(e) => {
-                let (msg, kind) = describe(&e);
-                return respond(Value::Object(process_error(&req.process_id, &msg, kind)));
-            }
-        };
-        let done = resp.result != pb::WaitResult::DeadlineReached as i32;
-        match &progress {
-            Some(p) if !done && (p.elapsed().as_millis() as u64) < timeout => {
-                let out = resp.output.clone().unwrap_or_default();
-                p.send("waiting", last_line(&out.stdout, &out.stderr)).await;
-            }
-            _ => return respond_with(&WaitView::from(&resp)),
+    let process_id = req.process_id.clone();
+    let started = Instant::now();
+    let progress = Progress::for_call(request, timeout);
+    let spec = SettleSpec {
+        request,
+        progress: progress.as_ref(),
+        what: "waiting",
+        wait: req,
+        budget_ms: timeout,
+        started,
+    };
+    match run_until_settled(&ctx.session, spec, None).await {
+        Settled::Done(resp) | Settled::OutOfTime(resp) => respond_with(&WaitView::from(&resp)),
+        Settled::Cancelled(_) => respond(Value::Object(process_error(
+            &process_id,
+            "the wait was cancelled by the client",
+            "invalid_argument",
+        ))),
+        Settled::Failed(e, _) => {
+            let (msg, kind) = describe(&e);
+            respond(Value::Object(process_error(&process_id, &msg, kind)))
         }
     }
 }

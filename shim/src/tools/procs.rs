@@ -1,15 +1,13 @@
 //! The `write`, `stop`, `ps` and `cleanup` tools.
 
-use std::sync::Arc;
-
 use rmcp::model::{CallToolResult, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 use yieldshell_proto::pb;
 use yieldshell_proto::views::{CleanupView, ProcessSummary, PsView, StopView, WriteView};
 
-use super::{ErrorBody, arg_error, describe, output_schema, respond, respond_with, tool};
+use super::{ErrorBody, arg_error, output_schema, respond, respond_with, tool};
 use crate::args::{ArgError, Args};
-use crate::server::Shim;
+use crate::context::{Context, describe};
 
 pub(super) fn write_definition() -> Tool {
     let input = json!({
@@ -39,7 +37,7 @@ pub(super) fn write_definition() -> Tool {
     )
 }
 
-pub(super) async fn write(shim: &Arc<Shim>, args: &Args<'_>) -> CallToolResult {
+pub(super) async fn write(ctx: &Context, args: &Args<'_>) -> CallToolResult {
     let id = args
         .opt_string("process_id")
         .ok()
@@ -63,24 +61,17 @@ pub(super) async fn write(shim: &Arc<Shim>, args: &Args<'_>) -> CallToolResult {
             input.push(b'\n');
         }
         Ok(pb::WriteRequest {
-            session_id: shim.session.id().to_string(),
             process_id,
             input,
             eof: args.opt_bool("eof")?.unwrap_or(false),
+            ..Default::default()
         })
     })();
     let req = match parsed {
         Ok(r) => r,
         Err(e) => return fail(e.0, "invalid_argument"),
     };
-    match shim
-        .session
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.write(req).await }
-        })
-        .await
-    {
+    match ctx.session.write(req).await {
         Ok(_) => respond_with(&WriteView {
             process_id: id,
             ok: true,
@@ -122,7 +113,7 @@ pub(super) fn stop_definition() -> Tool {
     )
 }
 
-pub(super) async fn stop(shim: &Arc<Shim>, args: &Args<'_>) -> CallToolResult {
+pub(super) async fn stop(ctx: &Context, args: &Args<'_>) -> CallToolResult {
     let id = args
         .opt_string("process_id")
         .ok()
@@ -142,26 +133,19 @@ pub(super) async fn stop(shim: &Arc<Shim>, args: &Args<'_>) -> CallToolResult {
     };
     let parsed = (|| -> Result<pb::StopRequest, ArgError> {
         Ok(pb::StopRequest {
-            session_id: shim.session.id().to_string(),
             process_id: args.string("process_id")?,
             signal: args
                 .opt_string("signal")?
                 .unwrap_or_else(|| "SIGTERM".into()),
             force_after_ms: Some(args.opt_u64("force_after_ms")?.unwrap_or(3_000)),
+            ..Default::default()
         })
     })();
     let req = match parsed {
         Ok(r) => r,
         Err(e) => return fail(e.0, "invalid_argument"),
     };
-    match shim
-        .session
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.stop(req).await }
-        })
-        .await
-    {
+    match ctx.session.stop(req).await {
         Ok(r) => respond_with(&StopView::from(&r)),
         Err(e) => {
             let (msg, kind) = describe(&e);
@@ -203,31 +187,24 @@ fn scope_arg(args: &Args) -> Result<pb::Scope, ArgError> {
     })
 }
 
-pub(super) async fn ps(shim: &Arc<Shim>, args: &Args<'_>) -> CallToolResult {
+pub(super) async fn ps(ctx: &Context, args: &Args<'_>) -> CallToolResult {
     let parsed = (|| -> Result<pb::ListRequest, ArgError> {
         let limit = args.opt_u64("limit")?.unwrap_or(50);
         if limit == 0 {
             return Err(ArgError("limit must be at least 1".into()));
         }
         Ok(pb::ListRequest {
-            session_id: shim.session.id().to_string(),
             include_completed: args.opt_bool("include_completed")?.unwrap_or(true),
             limit: u32::try_from(limit).unwrap_or(u32::MAX),
             scope: scope_arg(args)? as i32,
+            ..Default::default()
         })
     })();
     let req = match parsed {
         Ok(r) => r,
         Err(e) => return respond(Value::Object(arg_error(&e, None))),
     };
-    match shim
-        .session
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.list(req).await }
-        })
-        .await
-    {
+    match ctx.session.list(req).await {
         Ok(r) => respond_with(&PsView {
             processes: r.processes.iter().map(ProcessSummary::from).collect(),
         }),
@@ -263,10 +240,9 @@ pub(super) fn cleanup_definition() -> Tool {
     )
 }
 
-pub(super) async fn cleanup(shim: &Arc<Shim>, args: &Args<'_>) -> CallToolResult {
+pub(super) async fn cleanup(ctx: &Context, args: &Args<'_>) -> CallToolResult {
     let parsed = (|| -> Result<pb::CleanupRequest, ArgError> {
         Ok(pb::CleanupRequest {
-            session_id: shim.session.id().to_string(),
             completed_older_than_ms: Some(
                 args.opt_u64("completed_older_than_ms")?
                     .unwrap_or(3_600_000),
@@ -275,20 +251,14 @@ pub(super) async fn cleanup(shim: &Arc<Shim>, args: &Args<'_>) -> CallToolResult
                 args.opt_u64("stopped_older_than_ms")?.unwrap_or(3_600_000),
             ),
             scope: pb::Scope::Project as i32,
+            ..Default::default()
         })
     })();
     let req = match parsed {
         Ok(r) => r,
         Err(e) => return respond(Value::Object(arg_error(&e, None))),
     };
-    match shim
-        .session
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.cleanup(req).await }
-        })
-        .await
-    {
+    match ctx.session.cleanup(req).await {
         Ok(r) => respond_with(&CleanupView { removed: r.removed }),
         Err(e) => {
             let (msg, kind) = describe(&e);
