@@ -18,5 +18,6 @@ mod reliability_containment;
 mod reliability_faults;
 mod reliability_input;
 mod reliability_load;
+mod reliability_output_race;
 mod reliability_security;
 mod shim;

@@ -301,7 +301,9 @@ fn start(
 }
 
 fn respond(proc: &ManagedProcess, max_out: usize, yield_ms: u64) -> pb::ExecResponse {
+    // State first, output second (the state is settled only once the output is complete).
     let state = proc.state();
+    let process = proc.info_of(&state);
     let status = if state.settled {
         exec_status(state.status)
     } else {
@@ -325,7 +327,7 @@ fn respond(proc: &ManagedProcess, max_out: usize, yield_ms: u64) -> pb::ExecResp
     };
     pb::ExecResponse {
         status: status as i32,
-        process: Some(proc.info()),
+        process: Some(process),
         output: Some(output_to_pb(out)),
         message,
         yield_ms,
