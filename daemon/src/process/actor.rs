@@ -388,7 +388,8 @@ impl<T: ProcessTree> Actor<T> {
                 _ = sleep_opt(self.phase.deadline()) => self.on_deadline().await,
                 _ = sleep_opt(running_record_at), if running_record_at.is_some() => {
                     running_record_at = None;
-                    if !self.phase.settled() {
+                    // Not once the end is decided (Closing): its record follows with the settle.
+                    if !self.phase.settled() && !matches!(self.phase, Phase::Closing { .. }) {
                         self.persist();
                     }
                 }
@@ -524,8 +525,11 @@ impl<T: ProcessTree> Actor<T> {
             }
         } else {
             self.stdin_close.cancel();
+            // Pipes still open here (after the drain grace) are held by something no scan
+            // finds; they are read for as long as it holds them, as before the phases were
+            // explicit (unlike after a recount or a stop, which cut them off).
             Phase::Settled {
-                cutoff: self.reader_cutoff(),
+                cutoff: None,
                 swept: false,
             }
         };

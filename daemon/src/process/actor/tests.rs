@@ -407,7 +407,7 @@ async fn rescans_signal_only_new_forks_and_each_process_once() {
 #[tokio::test(start_paused = true)]
 async fn stop_of_a_settled_process_with_nothing_left_says_not_stopped() {
     let h = start(None);
-    // Pipes held outside the tree keep the actor alive (until the reader cutoff) after settling.
+    // Pipes held outside the tree keep the actor alive after settling.
     h.tree.hold_pipes_outside();
     h.tree.exit_shell(0);
     let state = h.settled().await;
@@ -423,6 +423,8 @@ async fn stop_of_a_settled_process_with_nothing_left_says_not_stopped() {
     assert_eq!(h.proc.state().status, Status::Completed, "unchanged");
     // The group probe got the signal (nobody was in it); no process was signalled.
     assert_eq!(signals(&h.tree), vec![Call::Group(Signal::SIGTERM)]);
+    assert!(!h.actor.is_finished(), "still reading the held pipes");
+    h.tree.release_pipes_outside();
     h.ended().await;
 }
 
@@ -432,16 +434,20 @@ async fn the_final_sweep_finds_an_escapee_and_keeps_it_stoppable() {
     let daemon = escapee(1001);
     h.tree.spawn(daemon);
     h.tree.exit_shell(0);
-    // Settled at once with no descendants (the cheap group check sees none)...
-    let state = h.settled().await;
-    assert_eq!(state.descendants, 0);
-    // ...then the sweep before letting go finds the escapee and the actor stays.
+    h.settled().await;
+    // The sweep before letting go finds the escapee (the cheap group check at the settle could
+    // not), and the actor stays.
     let mut rx = h.proc.subscribe();
     tokio::time::timeout(LIMIT, rx.wait_for(|s| s.descendants == 1))
         .await
         .expect("sweep in time")
         .expect("actor alive");
     assert!(!h.actor.is_finished());
+    assert_eq!(
+        h.tree.calls(),
+        vec![Call::FindEscapees],
+        "one scan: the sweep"
+    );
     let outcome = answer(h.stop(Signal::SIGTERM, Duration::from_secs(1))).await;
     assert!(outcome.stopped);
     assert_eq!(
@@ -475,4 +481,33 @@ async fn a_stop_while_output_drains_keeps_completed_and_settles_with_the_output(
         (Status::Completed, Some(ExitHow::Code(2)), None)
     );
     assert!(h.proc.output.end().closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sigkill_stop_during_a_graceful_one_escalates_at_once_and_both_are_answered() {
+    let h = start(None);
+    h.tree.spawn(stubborn(1001));
+    let t0 = Instant::now();
+    let graceful = h.stop(Signal::SIGTERM, Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let forced = h.stop(Signal::SIGKILL, Duration::ZERO);
+    let both = StopOutcome {
+        stopped: true,
+        escalated: true,
+    };
+    assert_eq!(answer(forced).await, both);
+    assert_eq!(answer(graceful).await, both);
+    assert!(
+        t0.elapsed() < Duration::from_millis(60),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(
+        signals(&h.tree)
+            .iter()
+            .filter(|c| **c == Call::Group(Signal::SIGTERM))
+            .count(),
+        1,
+        "the second stop sends no second SIGTERM"
+    );
 }
