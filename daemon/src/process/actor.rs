@@ -121,11 +121,14 @@ pub fn launch(
     let tree = SystemTree::new(ctx.reaper.clone());
     let actor = Actor::new(
         proc.clone(),
+        spawned.identity.pid,
         tree,
         ctx,
         control_rx,
-        Readers { join, aborts },
-        stdin_close,
+        Io {
+            readers: Readers { join, aborts },
+            stdin_close,
+        },
         timeout.map(|t| Instant::from_std(started) + t),
     );
     let handle = tokio::spawn(actor.run(spawned.exit));
@@ -169,6 +172,13 @@ fn managed(
 struct Readers {
     join: JoinHandle<()>,
     aborts: Vec<AbortHandle>,
+}
+
+/// The actor's ends of the I/O tasks.
+struct Io {
+    readers: Readers,
+    /// Cancelled when stdin should close (nothing of the tree is left to read it).
+    stdin_close: CancellationToken,
 }
 
 /// Where a process is in its lifecycle, with the data only that phase needs. See the module doc
@@ -283,24 +293,24 @@ async fn readers_done(readers: &mut Option<Readers>) {
 }
 
 impl<T: ProcessTree> Actor<T> {
+    /// The actor of `proc`, whose shell leads the process group `pgid`.
     fn new(
         proc: Arc<ManagedProcess>,
+        pgid: i32,
         tree: T,
         ctx: ActorContext,
         control_rx: mpsc::Receiver<Control>,
-        readers: Readers,
-        stdin_close: CancellationToken,
+        io: Io,
         timeout_at: Option<Instant>,
     ) -> Actor<T> {
-        let pgid = proc.state().identity.map_or(0, |i| i.pid);
         Actor {
             proc,
             pgid,
             tree,
             ctx,
             control_rx,
-            readers: Some(readers),
-            stdin_close,
+            readers: Some(io.readers),
+            stdin_close: io.stdin_close,
             phase: Phase::Running {
                 timeout_at,
                 shutdown: false,

@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Actor, ActorContext, ActorTiming, Readers, managed};
+use super::{Actor, ActorContext, ActorTiming, Io, Readers, managed};
 use crate::output::OutputLog;
 use crate::process::reaper::{ExitHow, Reaper};
 use crate::process::stop::STOP_POLL;
@@ -71,11 +71,14 @@ fn start(timeout: Option<Duration>) -> Harness {
     };
     let actor = Actor::new(
         proc.clone(),
+        SHELL,
         tree.clone(),
         ctx,
         control_rx,
-        Readers { join, aborts },
-        CancellationToken::new(),
+        Io {
+            readers: Readers { join, aborts },
+            stdin_close: CancellationToken::new(),
+        },
         timeout.map(|t| Instant::now() + t),
     );
     let actor = tokio::spawn(actor.run(channels.exit));
