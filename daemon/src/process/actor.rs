@@ -3,10 +3,10 @@
 //! # Theory of operation
 //! Each process gets three kinds of tasks:
 //! - two **pipe readers** (stdout, stderr) that redact and append to the [`OutputLog`] until EOF,
-//!   and one **stdin writer** ([`super::io`]);
+//!   and one **stdin writer** (module `io`);
 //! - the **actor**, a `select!` loop over: the exit status from the reaper, the readers finishing,
 //!   control messages (stop), daemon shutdown, the running record's timer, and the one timer of
-//!   its current [`Phase`]. Only the actor changes [`ProcState`] and writes the process record.
+//!   its current `Phase`. Only the actor changes [`ProcState`] and writes the process record.
 //!
 //! # Phases
 //! ```text
