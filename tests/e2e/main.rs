@@ -19,6 +19,7 @@ mod reliability_containment;
 mod reliability_faults;
 mod reliability_input;
 mod reliability_load;
+mod reliability_output_race;
 mod reliability_security;
 mod reliability_spool;
 mod shim;

@@ -2,43 +2,57 @@
 //!
 //! # Theory of operation
 //! Each process gets three kinds of tasks:
-//! - two **pipe readers** (stdout, stderr) that redact and append to the [`OutputLog`] until EOF;
-//! - one **stdin writer** that serialises `write` requests, so a process that stops reading its
-//!   input blocks only that writer (with a timeout), never the actor;
+//! - two **pipe readers** (stdout, stderr) that redact and append to the [`OutputLog`] until EOF,
+//!   and one **stdin writer** (module `io`);
 //! - the **actor**, a `select!` loop over: the exit status from the reaper, the readers finishing,
-//!   control messages (stop), the timeout, the drain deadline, stop progress ticks, and daemon
-//!   shutdown. Only the actor changes [`ProcState`] and writes the process record.
+//!   control messages (stop), daemon shutdown, the running record's timer, and the one timer of
+//!   its current `Phase`. Only the actor changes [`ProcState`] and writes the process record.
 //!
-//! Completion (DESIGN §4): the shell's exit (from the reaper, never from EOF) sets the status;
-//! the result is *settled* once both pipes reach EOF, or after a short drain grace when
-//! descendants keep them open — then `descendants_running` says so, their later output is still
-//! captured, and `stop` still takes them down. A stop or timeout settles only once the whole tree
-//! is gone: SIGTERM (plus SIGCONT, so stopped processes can act on it) to the group and to
-//! marked escapees, polled every few milliseconds, SIGKILL after the grace period, new forks
-//! caught by periodic rescans.
+//! # Phases
+//! ```text
+//! Running   ──shell exits──────────────────▶ Draining   status completed (not yet reported)
+//! Running   ──shell exits during shutdown──▶ Closing    status stopped, daemon_shutdown
+//! Running   ──stop, timeout────────────────▶ Stopping
+//! Draining  ──stop─────────────────────────▶ Stopping   status stays completed
+//! Draining  ──EOF, or drain grace over─────▶ Lingering (descendants left) or Settled  [settles]
+//! Lingering ──recount finds none───────────▶ Settled
+//! Lingering, Settled ──stop────────────────▶ Stopping   stays settled
+//! Stopping  ──tree gone, or SIGKILL given up▶ Closing   (Settled if it was settled before)
+//! Closing   ──EOF, or reader cutoff────────▶ Settled    [settles; stops answered now]
+//! Settled   ──readers done, sweep finds none▶ the actor ends
+//! Settled   ──sweep finds escapees─────────▶ Lingering
+//! ```
 //!
-//! The actor ends when the result is settled, the readers are done and no descendant remains.
+//! Completion (DESIGN §4): the shell's exit (from the reaper, never from EOF) decides the status,
+//! but clients see it only once the result is *settled* (`ManagedProcess::info` reports `running`
+//! until then), and a result settles only once the output is complete: both pipes at EOF, or the
+//! drain grace over when descendants hold them (then `descendants_running` says so, their later
+//! output is still captured, and `stop` still takes them down), or, after a stop, the reader
+//! cutoff. So an ended status always comes with the whole output.
+//!
+//! The actor ends when the result is settled, the readers are done and no descendant remains —
+//! after one marker sweep that nothing has slipped out of the group.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::unix::pipe;
+use nix::sys::signal::Signal;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{AbortHandle, JoinHandle};
+// Tokio's clock, which is the system's except in tests that pause it.
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use yieldshell_proto::errors::ErrorKind;
 
+use super::io::{pump, stdin_writer};
 use super::reaper::ExitHow;
 use super::spawn::Spawned;
-use super::tree::{self, Identity};
+use super::stop::{Interrupted, StopRun, Tick};
+use super::tree::{self, Identity, ProcessTree, SystemTree};
 use super::{
     Control, ManagedProcess, ProcState, ProcessFacts, Status, StdinWrite, StopOutcome, StopReason,
 };
 use crate::output::{OutputLog, Stream};
-use crate::policy::redact::{RedactStream, Redactor};
+use crate::policy::redact::Redactor;
 use crate::record::RecordStore;
 
 /// Timing knobs of the actor (from the daemon config).
@@ -52,24 +66,12 @@ pub struct ActorTiming {
     pub shutdown_grace: Duration,
 }
 
-/// How often a stop checks whether the tree is gone.
-const STOP_POLL: Duration = Duration::from_millis(2);
-/// How often a stop rescans for processes forked since it began.
-const STOP_RESCAN: Duration = Duration::from_millis(100);
-/// After SIGKILL, how long to wait for processes that cannot die (uninterruptible sleep).
-const KILL_GIVE_UP: Duration = Duration::from_secs(10);
 /// How often descendants of an exited shell are recounted.
 const DESCENDANT_POLL: Duration = Duration::from_millis(500);
 /// After the tree is gone, how long readers may still drain before they are cut off.
 const READER_CUTOFF: Duration = Duration::from_millis(500);
-/// How long a write to stdin may block before it is reported as not accepted.
-const STDIN_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a process runs before its record gets its pid and start time.
 const RUNNING_RECORD_DELAY: Duration = Duration::from_millis(100);
-/// Quiet time after which buffered spool bytes are written.
-const SPOOL_FLUSH_DELAY: Duration = Duration::from_millis(50);
-/// Size of one pipe read.
-const READ_BUFFER: usize = 128 * 1024;
 
 /// Everything the actor needs besides the spawned process.
 #[derive(Debug, Clone)]
@@ -94,10 +96,60 @@ pub fn launch(
     timeout: Option<Duration>,
     ctx: ActorContext,
 ) -> (Arc<ManagedProcess>, JoinHandle<()>) {
-    let started = Instant::now();
+    let started = std::time::Instant::now();
+    let (proc, control_rx, stdin_rx) = managed(
+        facts,
+        spawned.identity,
+        started,
+        output.clone(),
+        running_slot,
+    );
+    let out = tokio::spawn(pump(
+        spawned.stdout,
+        Stream::Stdout,
+        output.clone(),
+        redactor.clone(),
+    ));
+    let err = tokio::spawn(pump(spawned.stderr, Stream::Stderr, output, redactor));
+    let aborts = vec![out.abort_handle(), err.abort_handle()];
+    let join = tokio::spawn(async move {
+        let _ = out.await;
+        let _ = err.await;
+    });
+    let stdin_close = CancellationToken::new();
+    tokio::spawn(stdin_writer(spawned.stdin, stdin_rx, stdin_close.clone()));
+    let tree = SystemTree::new(ctx.reaper.clone());
+    let actor = Actor::new(
+        proc.clone(),
+        spawned.identity.pid,
+        tree,
+        ctx,
+        control_rx,
+        Io {
+            readers: Readers { join, aborts },
+            stdin_close,
+        },
+        timeout.map(|t| Instant::from_std(started) + t),
+    );
+    let handle = tokio::spawn(actor.run(spawned.exit));
+    (proc, handle)
+}
+
+/// The shared handle of a process just spawned, and the receiving ends of its channels.
+fn managed(
+    facts: ProcessFacts,
+    identity: Identity,
+    started: std::time::Instant,
+    output: Arc<OutputLog>,
+    running_slot: crate::registry::RunningSlot,
+) -> (
+    Arc<ManagedProcess>,
+    mpsc::Receiver<Control>,
+    mpsc::Receiver<StdinWrite>,
+) {
     let (control_tx, control_rx) = mpsc::channel(16);
     let (stdin_tx, stdin_rx) = mpsc::channel(16);
-    let (state, _) = watch::channel(ProcState::running(spawned.identity));
+    let (state, _) = watch::channel(ProcState::running(identity));
     let proc = Arc::new(ManagedProcess {
         id: facts.id,
         session_id: facts.session_id,
@@ -106,205 +158,120 @@ pub fn launch(
         cwd: facts.cwd,
         started_at: facts.started_at,
         started,
-        output: output.clone(),
+        output,
         state,
         control: std::sync::Mutex::new(Some(control_tx)),
         stdin: std::sync::Mutex::new(Some(stdin_tx)),
         running_slot: std::sync::Mutex::new(Some(running_slot)),
     });
-
-    let out = tokio::spawn(pump(
-        spawned.stdout,
-        Stream::Stdout,
-        output.clone(),
-        redactor.clone(),
-    ));
-    let err = tokio::spawn(pump(spawned.stderr, Stream::Stderr, output, redactor));
-    let reader_aborts = [out.abort_handle(), err.abort_handle()];
-    let readers = tokio::spawn(async move {
-        let _ = out.await;
-        let _ = err.await;
-    });
-    let stdin_close = CancellationToken::new();
-    tokio::spawn(stdin_writer(spawned.stdin, stdin_rx, stdin_close.clone()));
-
-    let actor = Actor {
-        proc: proc.clone(),
-        pgid: spawned.identity.pid,
-        ctx,
-        control_rx,
-        readers,
-        reader_aborts,
-        stdin_close,
-        timeout_at: timeout.map(|t| started + t),
-        exit_seen: false,
-        natural_exit: false,
-        readers_done: false,
-        drain_until: None,
-        stop: None,
-        descendant_poll: None,
-        reader_cutoff: None,
-        shutdown_seen: false,
-        outside_group: false,
-        swept: false,
-    };
-    let handle = tokio::spawn(actor.run(spawned.exit));
-    (proc, handle)
+    (proc, control_rx, stdin_rx)
 }
 
-async fn pump(
-    mut pipe: pipe::Receiver,
-    stream: Stream,
-    log: Arc<OutputLog>,
-    redactor: Option<Arc<Redactor>>,
-) {
-    let mut buf = vec![0u8; READ_BUFFER];
-    let mut redact = redactor.map(RedactStream::new);
-    let mut clean = Vec::new();
-    // The spool buffers writes (one write per pipe read would make the disk the bottleneck of a
-    // flood); when output pauses for SPOOL_FLUSH_DELAY, what is buffered goes to disk, so a
-    // daemon crash loses at most that much of a quiet process's output.
-    let mut unflushed = false;
-    loop {
-        let read = if unflushed {
-            match tokio::time::timeout(SPOOL_FLUSH_DELAY, pipe.read(&mut buf)).await {
-                Ok(r) => r,
-                Err(_quiet) => {
-                    log.flush_spool();
-                    unflushed = false;
-                    continue;
-                }
-            }
-        } else {
-            pipe.read(&mut buf).await
-        };
-        match read {
-            Ok(0) => break,
-            Ok(n) => {
-                match redact.as_mut() {
-                    Some(r) => {
-                        clean.clear();
-                        r.push(&buf[..n], &mut clean);
-                        log.append(stream, &clean);
-                    }
-                    None => log.append(stream, &buf[..n]),
-                }
-                unflushed = true;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                tracing::warn!(?stream, "reading process output failed: {e}");
-                break;
-            }
+/// The pipe readers, as the actor sees them: one handle that resolves when both reached EOF (or
+/// were cut off), and the handles that cut them off.
+struct Readers {
+    join: JoinHandle<()>,
+    aborts: Vec<AbortHandle>,
+}
+
+/// The actor's ends of the I/O tasks.
+struct Io {
+    readers: Readers,
+    /// Cancelled when stdin should close (nothing of the tree is left to read it).
+    stdin_close: CancellationToken,
+}
+
+/// Where a process is in its lifecycle, with the data only that phase needs. See the module doc
+/// for the transitions.
+#[derive(Debug)]
+enum Phase {
+    /// The shell runs and nothing has asked it to stop.
+    Running {
+        /// When `timeout_ms` fires.
+        timeout_at: Option<Instant>,
+        /// The daemon is shutting down: its `tree::stop_all` takes the tree down, and the
+        /// actor records the exit that follows as `stopped` (`daemon_shutdown`).
+        shutdown: bool,
+    },
+    /// The shell exited on its own (`completed`); the output drains until EOF or `until`.
+    Draining {
+        /// End of the drain grace.
+        until: Instant,
+    },
+    /// A stop or timeout is taking the tree down.
+    Stopping(StopRun),
+    /// The tree is gone and the status decided, but the readers may still hold its last bytes:
+    /// the result settles (and the stops are answered) when they reach EOF or are cut off.
+    Closing {
+        /// When the readers are cut off; `None` once they were.
+        cutoff: Option<Instant>,
+        /// Stops to answer once settled, with their answers.
+        replies: Vec<(oneshot::Sender<StopOutcome>, StopOutcome)>,
+    },
+    /// Settled while descendants of the exited shell still run; they are recounted.
+    Lingering {
+        /// The next recount.
+        next_poll: Instant,
+        /// The marker sweep before letting go has run already.
+        swept: bool,
+    },
+    /// Settled and nothing of the tree is left; the actor lets go once the readers are done (and
+    /// a last marker sweep finds nothing).
+    Settled {
+        /// When readers that something outside the tree holds open are cut off.
+        cutoff: Option<Instant>,
+        /// The marker sweep before letting go has run already.
+        swept: bool,
+    },
+    /// The actor has let go (also the placeholder during a transition).
+    Done,
+}
+
+impl Phase {
+    /// Whether the result is final: what [`ProcState::settled`] publishes. It never goes back:
+    /// a stop of a settled process keeps it settled.
+    fn settled(&self) -> bool {
+        match self {
+            Phase::Running { .. } | Phase::Draining { .. } | Phase::Closing { .. } => false,
+            Phase::Stopping(run) => matches!(run.interrupted, Interrupted::Settled { .. }),
+            Phase::Lingering { .. } | Phase::Settled { .. } | Phase::Done => true,
         }
     }
-    if let Some(r) = redact.as_mut() {
-        clean.clear();
-        r.finish(&mut clean);
-        log.append(stream, &clean);
-    }
-    log.flush_spool();
-}
 
-async fn stdin_writer(
-    pipe: pipe::Sender,
-    mut requests: mpsc::Receiver<StdinWrite>,
-    close: CancellationToken,
-) {
-    let mut pipe = Some(pipe);
-    loop {
-        let req = tokio::select! {
-            r = requests.recv() => match r { Some(r) => r, None => break },
-            _ = close.cancelled() => break,
-        };
-        let Some(p) = pipe.as_mut() else {
-            let _ = req.reply.send(Err((
-                ErrorKind::StdinClosed,
-                "stdin was closed earlier (eof/close_stdin); start the process again to send more input"
-                    .into(),
-            )));
-            continue;
-        };
-        let result = match tokio::time::timeout(STDIN_WRITE_TIMEOUT, p.write_all(&req.data)).await {
-            Ok(Ok(())) => Ok(req.data.len()),
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Err((
-                ErrorKind::ProcessExited,
-                "the process no longer reads stdin (it exited or closed its input)".to_string(),
-            )),
-            Ok(Err(e)) => Err((ErrorKind::Internal, format!("writing stdin failed: {e}"))),
-            Err(_) => Err((
-                ErrorKind::StdinClosed,
-                format!(
-                    "stdin did not accept the input within {}s: the process is not reading it",
-                    STDIN_WRITE_TIMEOUT.as_secs()
-                ),
-            )),
-        };
-        if req.eof || result.is_err() && matches!(&result, Err((ErrorKind::ProcessExited, _))) {
-            pipe = None;
+    /// The phase's one timer.
+    fn deadline(&self) -> Option<Instant> {
+        match self {
+            Phase::Running { timeout_at, .. } => *timeout_at,
+            Phase::Draining { until } => Some(*until),
+            Phase::Stopping(run) => Some(run.next_tick),
+            Phase::Closing { cutoff, .. } | Phase::Settled { cutoff, .. } => *cutoff,
+            Phase::Lingering { next_poll, .. } => Some(*next_poll),
+            Phase::Done => None,
         }
-        let _ = req.reply.send(result);
     }
 }
 
-struct StopRun {
-    signal: Signal,
-    reason: StopReason,
-    kill_at: Instant,
-    escalated: bool,
-    give_up_at: Option<Instant>,
-    members: Vec<Identity>,
-    /// Every process that got `signal` already: a rescan signals only new forks, because a
-    /// second SIGTERM means "force" to many programs.
-    signalled: std::collections::HashSet<Identity>,
-    next_tick: Instant,
-    next_rescan: Instant,
-    waiters: Vec<oneshot::Sender<StopOutcome>>,
-}
-
-impl StopRun {
-    /// Sends `signal` to those of `found` that have not had it yet (a second SIGTERM means
-    /// "force" to many programs) and returns them.
-    fn signal_fresh(&mut self, found: &[Identity], signal: Signal) -> Vec<Identity> {
-        let fresh: Vec<Identity> = found
-            .iter()
-            .filter(|m| !self.signalled.contains(m))
-            .copied()
-            .collect();
-        tree::signal_tree(None, &fresh, signal);
-        self.signalled.extend(fresh.iter().copied());
-        fresh
-    }
-}
-
-struct Actor {
+/// The actor, generic over the tree operations so its tests can run without real processes.
+struct Actor<T: ProcessTree> {
     proc: Arc<ManagedProcess>,
     pgid: i32,
+    tree: T,
     ctx: ActorContext,
     control_rx: mpsc::Receiver<Control>,
-    readers: JoinHandle<()>,
-    reader_aborts: [AbortHandle; 2],
+    /// `None` once both pipes reached EOF (or were cut off) and the log is closed.
+    readers: Option<Readers>,
     stdin_close: CancellationToken,
-    timeout_at: Option<Instant>,
-    exit_seen: bool,
-    /// The shell exited before any stop began.
-    natural_exit: bool,
-    readers_done: bool,
-    drain_until: Option<Instant>,
-    stop: Option<StopRun>,
-    descendant_poll: Option<Instant>,
-    reader_cutoff: Option<Instant>,
-    shutdown_seen: bool,
+    phase: Phase,
+    /// The shell's exit status is still to come.
+    exit: Option<oneshot::Receiver<ExitHow>>,
     /// Descendants were found outside the process group after the shell exited (a `setsid`
     /// grandchild, a double-forked daemon): from then on only a full sweep counts them.
     outside_group: bool,
-    /// The marker sweep before the actor lets its process go has run.
-    swept: bool,
 }
 
 async fn sleep_opt(at: Option<Instant>) {
     match at {
-        Some(t) => tokio::time::sleep_until(t.into()).await,
+        Some(t) => tokio::time::sleep_until(t).await,
         None => std::future::pending().await,
     }
 }
@@ -316,9 +283,41 @@ async fn recv_exit(rx: &mut Option<oneshot::Receiver<ExitHow>>) -> Option<ExitHo
     }
 }
 
-impl Actor {
-    fn settled(&self) -> bool {
-        self.proc.state.borrow().settled
+async fn readers_done(readers: &mut Option<Readers>) {
+    match readers.as_mut() {
+        Some(r) => {
+            let _ = (&mut r.join).await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+impl<T: ProcessTree> Actor<T> {
+    /// The actor of `proc`, whose shell leads the process group `pgid`.
+    fn new(
+        proc: Arc<ManagedProcess>,
+        pgid: i32,
+        tree: T,
+        ctx: ActorContext,
+        control_rx: mpsc::Receiver<Control>,
+        io: Io,
+        timeout_at: Option<Instant>,
+    ) -> Actor<T> {
+        Actor {
+            proc,
+            pgid,
+            tree,
+            ctx,
+            control_rx,
+            readers: Some(io.readers),
+            stdin_close: io.stdin_close,
+            phase: Phase::Running {
+                timeout_at,
+                shutdown: false,
+            },
+            exit: None,
+            outside_group: false,
+        }
     }
 
     fn update(&self, f: impl FnOnce(&mut ProcState)) {
@@ -330,8 +329,20 @@ impl Actor {
         self.ctx.store.save(&self.proc.record());
     }
 
+    /// Enters a settled phase: publishes the result with the descendants counted, writes the
+    /// record. The only place `settled` becomes true.
+    fn settle(&mut self, next: Phase, descendants: u32) {
+        debug_assert!(next.settled());
+        self.update(|s| {
+            s.settled = true;
+            s.descendants = descendants;
+        });
+        self.persist();
+        self.phase = next;
+    }
+
     async fn run(mut self, exit: oneshot::Receiver<ExitHow>) {
-        let mut exit = Some(exit);
+        self.exit = Some(exit);
         // The `starting` record written before the spawn already lets a restarted daemon find
         // this process (by its marker). The pid and start time follow shortly, once the process
         // has proven to be more than a quick command, so `exec` of `true` pays for no extra write.
@@ -340,76 +351,65 @@ impl Actor {
             panic!("injected fault: actor panic (YIELDSHELL_TEST_FAULTS)");
         }
         loop {
-            let state = self.proc.state();
-            if state.settled && self.readers_done && self.stop.is_none() && state.descendants == 0 {
+            debug_assert_eq!(self.phase.settled(), self.proc.state.borrow().settled);
+            if let Phase::Settled { swept, .. } = self.phase
+                && self.readers.is_none()
+            {
                 // One marker sweep before letting go: a daemon that left the group and closed
                 // its output is invisible to the cheap group check, and once this actor ends
                 // nothing could stop it (RELIABILITY F13 row c′). `exec`/`wait` have returned
                 // already, so this costs no latency.
-                if !self.swept {
-                    self.swept = true;
-                    let n = self.count_descendants(true);
+                if !swept {
+                    let n = self.count_descendants(true).await;
                     if n > 0 {
                         self.update(|s| s.descendants = n);
-                        self.descendant_poll = Some(Instant::now() + DESCENDANT_POLL);
+                        self.phase = Phase::Lingering {
+                            next_poll: Instant::now() + DESCENDANT_POLL,
+                            swept: true,
+                        };
                         continue;
                     }
                 }
+                self.phase = Phase::Done;
                 break;
             }
-            let may_time_out = !self.exit_seen && self.stop.is_none();
-            let needs_shutdown = !self.shutdown_seen
-                && (!state.settled || state.descendants > 0 || self.stop.is_some());
-            tokio::select! {
-                how = recv_exit(&mut exit), if exit.is_some() => {
-                    exit = None;
-                    self.on_exit(how);
+            let awaits_shutdown = matches!(
+                self.phase,
+                Phase::Running {
+                    shutdown: false,
+                    ..
                 }
-                _ = &mut self.readers, if !self.readers_done => {
-                    self.readers_done = true;
+            );
+            tokio::select! {
+                how = recv_exit(&mut self.exit), if self.exit.is_some() => {
+                    self.exit = None;
+                    self.on_exit(how).await;
+                }
+                _ = readers_done(&mut self.readers), if self.readers.is_some() => {
+                    self.readers = None;
                     self.proc.output.close();
+                    self.on_readers_done().await;
                 }
                 Some(msg) = self.control_rx.recv() => match msg {
                     Control::Stop { signal, grace, reason, reply } => {
-                        self.begin_stop(signal, grace, reason, Some(reply));
+                        self.begin_stop(signal, grace, reason, Some(reply)).await;
                     }
                 },
-                _ = sleep_opt(self.timeout_at), if may_time_out && self.timeout_at.is_some() => {
-                    self.timeout_at = None;
-                    self.begin_stop(Signal::SIGTERM, self.ctx.timing.timeout_grace, StopReason::Timeout, None);
-                }
-                _ = sleep_opt(self.drain_until), if self.drain_until.is_some() => {
-                    self.drain_until = None;
-                    if !self.settled() && self.stop.is_none() {
-                        self.settle_natural();
-                    }
-                }
-                _ = sleep_opt(self.stop.as_ref().map(|s| s.next_tick)), if self.stop.is_some() => {
-                    self.tick_stop();
-                }
-                _ = sleep_opt(self.descendant_poll), if self.descendant_poll.is_some() => {
-                    self.poll_descendants();
-                }
-                _ = sleep_opt(self.reader_cutoff), if self.reader_cutoff.is_some() && !self.readers_done => {
-                    self.reader_cutoff = None;
-                    for a in &self.reader_aborts {
-                        a.abort();
-                    }
-                }
+                _ = sleep_opt(self.phase.deadline()) => self.on_deadline().await,
                 _ = sleep_opt(running_record_at), if running_record_at.is_some() => {
                     running_record_at = None;
-                    if !self.settled() {
+                    // Not once the end is decided (Closing): its record follows with the settle.
+                    if !self.phase.settled() && !matches!(self.phase, Phase::Closing { .. }) {
                         self.persist();
                     }
                 }
-                _ = self.ctx.shutdown.cancelled(), if needs_shutdown => {
+                _ = self.ctx.shutdown.cancelled(), if awaits_shutdown => {
                     // The daemon stops every tree at once (`tree::stop_all`, one /proc scan per
                     // round for all of them); the actor only records how its process ended.
-                    self.shutdown_seen = true;
+                    if let Phase::Running { shutdown, .. } = &mut self.phase {
+                        *shutdown = true;
+                    }
                 }
-            }
-            if self.exit_seen && self.readers_done && self.stop.is_none() && !self.settled() {
-                self.settle_natural();
             }
         }
         self.stdin_close.cancel();
@@ -417,36 +417,88 @@ impl Actor {
         crate::heap::note_activity();
     }
 
-    fn on_exit(&mut self, how: Option<ExitHow>) {
-        self.exit_seen = true;
-        // A reaper that vanished cannot happen while the daemon runs; treat it as a kill.
+    /// The shell's exit status arrived (`None`: the reaper vanished, which cannot happen while
+    /// the daemon runs; treated as a kill).
+    async fn on_exit(&mut self, how: Option<ExitHow>) {
         let how = how.unwrap_or(ExitHow::Signal(Signal::SIGKILL as i32));
         let duration = self.proc.started.elapsed();
-        let natural = self.stop.is_none() && !self.shutdown_seen;
-        self.natural_exit = natural;
-        self.update(|s| {
+        let record_exit = |s: &mut ProcState| {
             s.exit = Some(how);
             s.ended_at = Some(SystemTime::now());
             s.duration = Some(duration);
-            if natural {
-                s.status = Status::Completed;
+        };
+        match self.phase {
+            Phase::Running {
+                shutdown: false, ..
+            } => {
+                self.update(|s| {
+                    record_exit(s);
+                    s.status = Status::Completed;
+                });
+                self.phase = Phase::Draining {
+                    until: Instant::now() + self.ctx.timing.drain_grace,
+                };
+                if self.readers.is_none() {
+                    self.settle_natural().await;
+                }
             }
-        });
-        if natural {
-            self.drain_until = Some(Instant::now() + self.ctx.timing.drain_grace);
-        } else if self.stop.is_none() {
-            // Ended by the daemon's shutdown sweep.
-            self.update(|s| {
-                s.status = Status::Stopped;
-                s.ended_by = Some(StopReason::Shutdown.ended_by().to_string());
-                s.settled = true;
-                s.descendants = 0;
-            });
-            self.persist();
-            self.stdin_close.cancel();
-            if !self.readers_done {
-                self.reader_cutoff = Some(Instant::now() + READER_CUTOFF);
+            Phase::Running { shutdown: true, .. } => {
+                // Ended by the daemon's shutdown sweep.
+                self.update(|s| {
+                    record_exit(s);
+                    s.status = Status::Stopped;
+                    s.ended_by = Some(StopReason::Shutdown.ended_by().to_string());
+                    s.descendants = 0;
+                });
+                self.stdin_close.cancel();
+                self.close(Vec::new());
             }
+            Phase::Stopping(_) => self.update(record_exit),
+            // A stop that gave up on SIGKILL survivors has recorded its end already.
+            _ => self.update(|s| s.exit = Some(how)),
+        }
+    }
+
+    /// Both pipes reached EOF (or were cut off): the output is complete.
+    async fn on_readers_done(&mut self) {
+        match self.phase {
+            Phase::Draining { .. } => self.settle_natural().await,
+            Phase::Closing { .. } => self.finish_closing(),
+            _ => {}
+        }
+    }
+
+    /// The current phase's timer fired.
+    async fn on_deadline(&mut self) {
+        match &mut self.phase {
+            Phase::Running { timeout_at, .. } => {
+                *timeout_at = None;
+                let grace = self.ctx.timing.timeout_grace;
+                self.begin_stop(Signal::SIGTERM, grace, StopReason::Timeout, None)
+                    .await;
+            }
+            Phase::Draining { .. } => self.settle_natural().await,
+            Phase::Stopping(run) => {
+                let exit_seen = self.exit.is_none();
+                match run
+                    .tick(&self.tree, self.pgid, &self.proc.id, exit_seen)
+                    .await
+                {
+                    Tick::Continue => {}
+                    Tick::Gone => self.finish_stop(true),
+                    Tick::GaveUp => self.finish_stop(false),
+                }
+            }
+            Phase::Closing { cutoff, .. } | Phase::Settled { cutoff, .. } => {
+                *cutoff = None;
+                if let Some(r) = &self.readers {
+                    for a in &r.aborts {
+                        a.abort();
+                    }
+                }
+            }
+            Phase::Lingering { .. } => self.poll_descendants().await,
+            Phase::Done => {}
         }
     }
 
@@ -455,17 +507,17 @@ impl Actor {
     /// outside the group may run: `full` is asked, a pipe is still held open after the drain
     /// grace, or descendants outside the group were seen before (RELIABILITY F13, F15). Once the
     /// group is empty only escapees can remain, and those are looked for under the daemon's
-    /// adopted children (`tree::find_escapees`) rather than by reading every process's environ.
-    fn count_descendants(&mut self, full: bool) -> u32 {
-        let group_alive = killpg(Pid::from_raw(self.pgid), None).is_ok();
-        if !group_alive && !full && self.readers_done && !self.outside_group {
+    /// adopted children (`find_escapees`) rather than by reading every process's environ.
+    async fn count_descendants(&mut self, full: bool) -> u32 {
+        let group_alive = self.tree.signal_group(self.pgid, None);
+        if !group_alive && !full && self.readers.is_none() && !self.outside_group {
             return 0;
         }
+        let (pgid, id) = (self.pgid, self.proc.id.clone());
         let n = if group_alive {
-            tree::find_tree(Some(self.pgid), &self.proc.id).len()
+            tree::off_runtime(&self.tree, move |t| t.find_tree(pgid, &id).len()).await
         } else {
-            let reaper = &self.ctx.reaper;
-            tree::find_escapees(&self.proc.id, |pid| reaper.waits_for(pid)).len()
+            tree::off_runtime(&self.tree, move |t| t.find_escapees(&id).len()).await
         };
         if n > 0 && !group_alive {
             self.outside_group = true;
@@ -473,159 +525,117 @@ impl Actor {
         u32::try_from(n).unwrap_or(u32::MAX)
     }
 
-    fn settle_natural(&mut self) {
-        let descendants = self.count_descendants(false);
-        self.update(|s| {
-            s.settled = true;
-            s.descendants = descendants;
-        });
-        if descendants > 0 {
-            self.descendant_poll = Some(Instant::now() + DESCENDANT_POLL);
+    /// Settles a natural exit: the output is complete, or the drain grace is over.
+    async fn settle_natural(&mut self) {
+        let descendants = self.count_descendants(false).await;
+        let next = if descendants > 0 {
+            Phase::Lingering {
+                next_poll: Instant::now() + DESCENDANT_POLL,
+                swept: false,
+            }
         } else {
             self.stdin_close.cancel();
-        }
-        self.persist();
+            // Pipes still open here (after the drain grace) are held by something no scan
+            // finds; they are read for as long as it holds them, as before the phases were
+            // explicit (unlike after a recount or a stop, which cut them off).
+            Phase::Settled {
+                cutoff: None,
+                swept: false,
+            }
+        };
+        self.settle(next, descendants);
     }
 
-    fn poll_descendants(&mut self) {
-        let n = self.count_descendants(false);
+    /// When readers still open should be cut off, counted from now.
+    fn reader_cutoff(&self) -> Option<Instant> {
+        self.readers
+            .is_some()
+            .then(|| Instant::now() + READER_CUTOFF)
+    }
+
+    async fn poll_descendants(&mut self) {
+        let Phase::Lingering { swept, .. } = self.phase else {
+            return;
+        };
+        let n = self.count_descendants(false).await;
         if n != self.proc.state.borrow().descendants {
             self.update(|s| s.descendants = n);
         }
         if n > 0 {
-            self.descendant_poll = Some(Instant::now() + DESCENDANT_POLL);
+            self.phase = Phase::Lingering {
+                next_poll: Instant::now() + DESCENDANT_POLL,
+                swept,
+            };
         } else {
-            self.descendant_poll = None;
             self.stdin_close.cancel();
-            if !self.readers_done {
-                // Nothing of the tree is left, yet a pipe is still open: some unrelated process
-                // holds it. Stop waiting for it after a short while.
-                self.reader_cutoff = Some(Instant::now() + READER_CUTOFF);
-            }
+            // Nothing of the tree is left, yet a pipe may still be open: some unrelated process
+            // holds it. Stop waiting for it after a short while.
+            self.phase = Phase::Settled {
+                cutoff: self.reader_cutoff(),
+                swept,
+            };
         }
     }
 
-    fn begin_stop(
+    async fn begin_stop(
         &mut self,
         signal: Signal,
         grace: Duration,
         reason: StopReason,
         reply: Option<oneshot::Sender<StopOutcome>>,
     ) {
-        if let Some(run) = self.stop.as_mut() {
-            run.waiters.extend(reply);
-            if signal == Signal::SIGKILL && !run.escalated {
-                run.kill_at = Instant::now();
-            }
-            return;
-        }
-        let state = self.proc.state();
-        // The group first: one syscall reaches the shell and everything that stayed in its group
-        // at once, instead of after the /proc scan below (milliseconds on a busy machine). Each
-        // process gets the signal once: only those outside the group are signalled one by one.
-        let group = Pid::from_raw(self.pgid);
-        let group_alive = killpg(group, signal).is_ok();
-        let (in_group, members) = tree::split_tree(self.pgid, &self.proc.id);
-        // "Nothing counted" is not "nothing running": descendants outside the group are found
-        // only by the sweep above (RELIABILITY F13, F15), so only an empty sweep ends here.
-        if state.settled && !group_alive && members.is_empty() {
-            if let Some(r) = reply {
-                let _ = r.send(StopOutcome {
+        let interrupted = match &mut self.phase {
+            Phase::Stopping(run) => return run.join(signal, reply),
+            Phase::Closing { replies, .. } => {
+                // The tree was found gone moments ago; the answer comes with the settled result.
+                let nothing = StopOutcome {
                     stopped: false,
                     escalated: false,
-                });
+                };
+                replies.extend(reply.map(|r| (r, nothing)));
+                return;
             }
-            return;
-        }
-        tree::signal_tree(None, &members, signal);
-        if !matches!(signal, Signal::SIGKILL | Signal::SIGCONT) {
-            tree::signal_tree(Some(self.pgid), &members, Signal::SIGCONT);
-        }
-        let now = Instant::now();
-        tracing::debug!(process_id = %self.proc.id, ?signal, ?reason, members = members.len(), "stopping");
-        let signalled = in_group.iter().chain(&members).copied().collect();
-        self.stop = Some(StopRun {
+            Phase::Running { .. } => Interrupted::Run,
+            Phase::Draining { .. } => Interrupted::Drain,
+            Phase::Lingering { swept, .. } | Phase::Settled { swept, .. } => {
+                Interrupted::Settled { swept: *swept }
+            }
+            Phase::Done => return,
+        };
+        let begun = StopRun::begin(
+            &self.tree,
+            self.pgid,
+            &self.proc.id,
             signal,
+            grace,
             reason,
-            kill_at: now + grace,
-            escalated: signal == Signal::SIGKILL,
-            give_up_at: (signal == Signal::SIGKILL).then(|| now + KILL_GIVE_UP),
-            members,
-            signalled,
-            next_tick: now + STOP_POLL,
-            next_rescan: now + STOP_RESCAN,
-            waiters: reply.into_iter().collect(),
-        });
-        self.drain_until = None;
-    }
-
-    fn tick_stop(&mut self) {
-        let pgid = self.pgid;
-        let id = self.proc.id.clone();
-        let exit_seen = self.exit_seen;
-        let Some(run) = self.stop.as_mut() else {
-            return;
-        };
-        let now = Instant::now();
-        let current = if run.escalated {
-            Signal::SIGKILL
-        } else {
-            run.signal
-        };
-        if !run.escalated && now >= run.kill_at {
-            run.escalated = true;
-            run.give_up_at = Some(now + KILL_GIVE_UP);
-            run.members = tree::find_tree(Some(pgid), &id);
-            tree::signal_tree(Some(pgid), &run.members, Signal::SIGKILL);
-            run.next_rescan = now + STOP_RESCAN;
-        } else if now >= run.next_rescan {
-            run.members = tree::find_tree(Some(pgid), &id);
-            if current == Signal::SIGKILL {
-                tree::signal_tree(Some(pgid), &run.members, current);
-            } else {
-                let found = std::mem::take(&mut run.members);
-                let fresh = run.signal_fresh(&found, current);
-                if current != Signal::SIGCONT {
-                    tree::signal_tree(None, &fresh, Signal::SIGCONT);
+            interrupted,
+            reply.into_iter().collect(),
+        )
+        .await;
+        match begun {
+            Ok(run) => self.phase = Phase::Stopping(run),
+            Err(waiters) => {
+                for w in waiters {
+                    let _ = w.send(StopOutcome {
+                        stopped: false,
+                        escalated: false,
+                    });
                 }
-                run.members = found;
             }
-            run.next_rescan = now + STOP_RESCAN;
         }
-        let group_alive = killpg(Pid::from_raw(pgid), None).is_ok();
-        let members_alive = run.members.iter().any(|m| tree::is_alive(*m));
-        if exit_seen && !group_alive && !members_alive {
-            // Looks gone: one more look catches anything forked since the last scan (with the
-            // group empty, only escapees can be left, under the daemon's adopted children).
-            let reaper = &self.ctx.reaper;
-            let rest = tree::find_escapees(&id, |pid| reaper.waits_for(pid));
-            if rest.is_empty() {
-                return self.finish_stop(true);
-            }
-            if current == Signal::SIGKILL {
-                tree::signal_tree(None, &rest, current);
-            } else {
-                run.signal_fresh(&rest, current);
-            }
-            run.members = rest;
-        }
-        if let Some(give_up) = run.give_up_at
-            && now >= give_up
-        {
-            tracing::error!(process_id = %id, "processes survived SIGKILL for {KILL_GIVE_UP:?} (uninterruptible?); giving up");
-            return self.finish_stop(false);
-        }
-        run.next_tick = now + STOP_POLL;
     }
 
+    /// The stop is over: the tree is gone (`gone`), or processes survived SIGKILL.
     fn finish_stop(&mut self, gone: bool) {
-        let Some(run) = self.stop.take() else {
+        let Phase::Stopping(run) = std::mem::replace(&mut self.phase, Phase::Done) else {
             return;
         };
-        let natural = self.natural_exit;
+        let outcome = run.outcome(gone);
+        let decides_status = run.interrupted == Interrupted::Run;
         let duration = self.proc.started.elapsed();
         self.update(|s| {
-            if !natural {
+            if decides_status {
                 s.status = match run.reason {
                     StopReason::Timeout => Status::TimedOut,
                     StopReason::Request | StopReason::Shutdown => Status::Stopped,
@@ -636,20 +646,54 @@ impl Actor {
                 s.ended_at = Some(SystemTime::now());
                 s.duration = Some(duration);
             }
-            s.settled = true;
             s.descendants = 0;
         });
-        self.persist();
-        self.descendant_poll = None;
         self.stdin_close.cancel();
-        if !self.readers_done {
-            self.reader_cutoff = Some(Instant::now() + READER_CUTOFF);
-        }
-        for w in run.waiters {
-            let _ = w.send(StopOutcome {
-                stopped: gone,
-                escalated: run.escalated,
-            });
+        let replies = run.waiters.into_iter().map(|w| (w, outcome)).collect();
+        match run.interrupted {
+            Interrupted::Settled { swept } => {
+                // Reported as ended before: the stop only took the lingering tree down.
+                let cutoff = self.reader_cutoff();
+                self.settle(Phase::Settled { cutoff, swept }, 0);
+                answer(replies);
+            }
+            Interrupted::Run | Interrupted::Drain => self.close(replies),
         }
     }
+
+    /// The tree is gone: settle once the readers have the rest of the output (at once if they
+    /// have), answering `replies` then.
+    fn close(&mut self, replies: Vec<(oneshot::Sender<StopOutcome>, StopOutcome)>) {
+        self.phase = Phase::Closing {
+            cutoff: self.reader_cutoff(),
+            replies,
+        };
+        if self.readers.is_none() {
+            self.finish_closing();
+        }
+    }
+
+    fn finish_closing(&mut self) {
+        let Phase::Closing { replies, .. } = std::mem::replace(&mut self.phase, Phase::Done) else {
+            return;
+        };
+        self.settle(
+            Phase::Settled {
+                cutoff: None,
+                swept: false,
+            },
+            0,
+        );
+        answer(replies);
+    }
 }
+
+/// Answers stops; a caller that went away meanwhile is no error.
+fn answer(replies: Vec<(oneshot::Sender<StopOutcome>, StopOutcome)>) {
+    for (w, outcome) in replies {
+        let _ = w.send(outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests;

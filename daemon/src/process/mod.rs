@@ -7,8 +7,10 @@
 //! themselves, so a client that disconnects mid-call leaves nothing half-done.
 
 pub mod actor;
+mod io;
 pub mod reaper;
 pub mod spawn;
+mod stop;
 pub mod tree;
 
 use std::path::PathBuf;
@@ -95,8 +97,10 @@ pub struct ProcState {
     /// Run time, fixed once ended.
     pub duration: Option<Duration>,
     /// The result is final: the shell has exited and its output is drained (or the grace for
-    /// pipes held by descendants ran out), or a stop/timeout has taken the whole tree down.
-    /// `exec` and `wait` return at this point.
+    /// pipes held by descendants ran out), or a stop/timeout has taken the whole tree down and
+    /// the readers have the rest of its output (or were cut off). `exec` and `wait` return at
+    /// this point, and only from here on do clients see an ended status
+    /// ([`ProcState::reported`]).
     pub settled: bool,
     /// Descendants still running after the shell exited.
     pub descendants: u32,
@@ -107,6 +111,25 @@ pub struct ProcState {
 }
 
 impl ProcState {
+    /// The state as clients are told it: until the result is settled, `running`, with no exit
+    /// and no end. The status alone must never say "ended" while the output is still being
+    /// drained, or a client that reads until the status ends would miss the last bytes (usually
+    /// the error message). Settled means the output is complete up to EOF (or the drain grace
+    /// for pipes held by descendants, or the reader cutoff after a stop).
+    pub fn reported(&self) -> ProcState {
+        if self.settled {
+            return self.clone();
+        }
+        ProcState {
+            status: Status::Running,
+            exit: None,
+            ended_at: None,
+            duration: None,
+            ended_by: None,
+            ..self.clone()
+        }
+    }
+
     fn running(identity: Identity) -> ProcState {
         ProcState {
             status: Status::Running,
@@ -294,9 +317,11 @@ impl ManagedProcess {
         self.state.subscribe()
     }
 
-    /// Whether the shell (or its tree, after a stop) has not ended yet.
+    /// Whether the process is reported as running (see [`ProcState::reported`]): the shell (or
+    /// its tree, after a stop) has not ended yet, or its output is not complete yet.
     pub fn is_running(&self) -> bool {
-        self.state.borrow().status == Status::Running
+        let state = self.state.borrow();
+        !state.settled || state.status == Status::Running
     }
 
     /// Asks the actor to stop the tree. `None` when the actor has finished (nothing is left to
@@ -356,9 +381,16 @@ impl ManagedProcess {
         state.duration.unwrap_or_else(|| self.started.elapsed())
     }
 
-    /// The control-plane description.
+    /// The control-plane description, as of now.
     pub fn info(&self) -> pb::ProcessInfo {
-        let state = self.state();
+        self.info_of(&self.state())
+    }
+
+    /// The control-plane description of `state` (read earlier, so that a response can take the
+    /// state before the output it also carries: then the output is at least as new as the
+    /// status says). Reports the state as [`ProcState::reported`] does.
+    pub fn info_of(&self, state: &ProcState) -> pb::ProcessInfo {
+        let state = state.reported();
         let (out, err) = self.output.totals();
         let (spool_dropped, _) = self.output.spool_health();
         pb::ProcessInfo {

@@ -301,7 +301,9 @@ fn start(
 }
 
 fn respond(proc: &ManagedProcess, max_out: usize, yield_ms: u64) -> pb::ExecResponse {
+    // State first, output second (the state is settled only once the output is complete).
     let state = proc.state();
+    let process = proc.info_of(&state);
     let status = if state.settled {
         exec_status(state.status)
     } else {
@@ -318,7 +320,7 @@ fn respond(proc: &ManagedProcess, max_out: usize, yield_ms: u64) -> pb::ExecResp
     // own hint from them, naming its own commands. `message` stays empty.
     pb::ExecResponse {
         status: status as i32,
-        process: Some(proc.info()),
+        process: Some(process),
         output: Some(output_to_pb(out)),
         yield_ms,
         ..Default::default()
