@@ -89,7 +89,7 @@ pub struct ActorContext {
 /// Starts the readers, the stdin writer and the actor for a spawned process.
 pub fn launch(
     facts: ProcessFacts,
-    running_slot: crate::registry::RunningSlot,
+    running_slot: crate::limits::RunningSlot,
     spawned: Spawned,
     output: Arc<OutputLog>,
     redactor: Option<Arc<Redactor>>,
@@ -141,7 +141,7 @@ fn managed(
     identity: Identity,
     started: std::time::Instant,
     output: Arc<OutputLog>,
-    running_slot: crate::registry::RunningSlot,
+    running_slot: crate::limits::RunningSlot,
 ) -> (
     Arc<ManagedProcess>,
     mpsc::Receiver<Control>,

@@ -226,7 +226,7 @@ pub struct ManagedProcess {
     // the daemon keeps up to a thousand ended processes.
     control: std::sync::Mutex<Option<mpsc::Sender<Control>>>,
     stdin: std::sync::Mutex<Option<mpsc::Sender<StdinWrite>>>,
-    running_slot: std::sync::Mutex<Option<crate::registry::RunningSlot>>,
+    running_slot: std::sync::Mutex<Option<crate::limits::RunningSlot>>,
 }
 
 /// Everything needed to create a [`ManagedProcess`].

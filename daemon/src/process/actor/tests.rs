@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Actor, ActorContext, ActorTiming, Io, Readers, managed};
+use crate::limits::RunningCounts;
 use crate::output::OutputLog;
 use crate::process::reaper::{ExitHow, Reaper};
 use crate::process::stop::STOP_POLL;
@@ -18,7 +19,6 @@ use crate::process::tree::Identity;
 use crate::process::tree::fake::{Call, FakeProc, FakeTree};
 use crate::process::{ManagedProcess, ProcState, ProcessFacts, Status, StopOutcome, StopReason};
 use crate::record::{ProcessRecord, RecordStore};
-use crate::registry::RunningCounts;
 
 const ID: &str = "proc_actortest";
 const SHELL: i32 = 1000;
