@@ -7,6 +7,8 @@
 //! - [`policy`]: per-session rules and secret redaction;
 //! - [`service`]: the gRPC handlers; [`listener`]: socket, activation, peer check;
 //! - [`state`]: the [`Daemon`] state every handler and task shares, and retention;
+//! - [`error`]: the one error type (a kind and a message), and [`status`]: the typed words of
+//!   a process's end;
 //! - [`session`], [`registry`], [`limits`], [`record`], [`recovery`], [`lock`], [`config`],
 //!   [`heap`], [`faults`] (test-only fault injection, inert unless the daemon's own environment
 //!   asks for it).
@@ -14,6 +16,7 @@
 //! `docs/ARCHITECTURE.md` describes the ownership rules these modules follow.
 
 pub mod config;
+pub mod error;
 pub mod faults;
 pub mod heap;
 pub mod limits;
@@ -28,6 +31,7 @@ pub mod registry;
 pub mod service;
 pub mod session;
 pub mod state;
+pub mod status;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -170,7 +174,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
                 let s = p.state();
                 if !s.settled || s.descendants > 0 || s.status == process::Status::Running {
                     groups.extend(s.identity.map(|i| i.pid));
-                    ids.push(p.id.clone());
+                    ids.push(p.facts.id.clone());
                 }
             }
             if ids.is_empty() {

@@ -23,7 +23,7 @@ impl Registry {
 
     /// Adds a process.
     pub fn insert(&self, p: Arc<ManagedProcess>) {
-        self.lock().insert(p.id.clone(), p);
+        self.lock().insert(p.facts.id.clone(), p);
     }
 
     /// Looks a process up.

@@ -59,9 +59,9 @@ impl Daemon {
             if !e.is_panic() {
                 return;
             }
-            tracing::error!(process_id = %proc.id, "the process's supervisor panicked; killing its tree");
+            tracing::error!(process_id = %proc.facts.id, "the process's supervisor panicked; killing its tree");
             let groups = proc.state().identity.map(|i| i.pid).into_iter().collect();
-            let ids = [proc.id.clone()];
+            let ids = [proc.facts.id.clone()];
             let _ = tokio::task::spawn_blocking(move || {
                 process::tree::stop_all(&groups, &ids, Duration::ZERO);
             })
@@ -100,7 +100,7 @@ impl Daemon {
             .filter_map(|p| {
                 let s = p.state();
                 let ended = s.settled && s.descendants == 0 && s.status != process::Status::Running;
-                let ended_at = s.ended_at.unwrap_or(p.started_at);
+                let ended_at = s.ended_at.unwrap_or(p.facts.started_at);
                 (ended && p.output.end().closed).then_some((p, ended_at))
             })
             .collect();
@@ -113,7 +113,7 @@ impl Daemon {
             ended.sort_by_key(|(_, ended_at)| *ended_at);
             let excess = ended.len() - keep;
             for (p, _) in ended.into_iter().take(excess) {
-                self.forget(&p.id);
+                self.forget(&p.facts.id);
             }
             released = true;
         }

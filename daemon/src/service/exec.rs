@@ -17,8 +17,7 @@ use crate::output::{OutputLog, ReadQuery, StreamFilter};
 use crate::policy::Refusal;
 use crate::policy::redact::Redactor;
 use crate::process::actor::{self, ActorContext};
-use crate::process::{ManagedProcess, ProcessFacts, Status, new_process_id, spawn, unix_ms};
-use crate::record::{ProcessRecord, RECORD_FORMAT, RecordBytes};
+use crate::process::{ManagedProcess, ProcessFacts, Status, new_process_id, spawn};
 use crate::session::Session;
 
 fn refused(r: Refusal) -> pb::ExecResponse {
@@ -158,9 +157,9 @@ pub(super) async fn exec(
     let mut state_rx = proc.subscribe();
     if req.stdin.as_ref().is_some_and(|s| !s.is_empty()) || req.close_stdin {
         let data = req.stdin.clone().unwrap_or_default();
-        if let Err((kind, msg)) = proc.write_stdin(data, req.close_stdin).await {
+        if let Err(Refusal { kind, message: msg }) = proc.write_stdin(data, req.close_stdin).await {
             // A command that exits without reading its input is not an error of exec.
-            tracing::debug!(process_id = %proc.id, %kind, "initial stdin not fully written: {msg}");
+            tracing::debug!(process_id = %proc.facts.id, %kind, "initial stdin not fully written: {msg}");
         }
     }
     let deadline = tokio::time::Instant::now() + Duration::from_millis(yield_ms);
@@ -235,40 +234,28 @@ fn start(
             Err(e) => return Err(internal("creating the process directory", e)),
         }
     };
-    let started_at = SystemTime::now();
-    let name = req.name.clone().unwrap_or_default();
+    let facts = Arc::new(ProcessFacts {
+        id,
+        session_id: session.id.clone(),
+        name: req.name.clone().unwrap_or_default(),
+        command: req.command.clone(),
+        cwd,
+        started_at: SystemTime::now(),
+    });
     // Queued before the spawn, so the record exists (with the command) for the next daemon even
     // if this one crashes right after; the directory alone already would.
-    let starting = ProcessRecord {
-        format: RECORD_FORMAT,
-        process_id: id.clone(),
-        session_id: session.id.clone(),
-        name: name.clone(),
-        command: RecordBytes::from_bytes(&req.command),
-        cwd: RecordBytes::from_bytes(&yieldshell_proto::session_config::path_bytes(&cwd)),
-        status: "starting".into(),
-        pid: None,
-        start_time: None,
-        exit_code: None,
-        signal: None,
-        started_at_ms: unix_ms(started_at),
-        ended_at_ms: None,
-        duration_ms: None,
-        ended_by: None,
-        lost_reason: None,
-    };
-    d.store.save(&starting);
+    d.store.save(&facts.starting_record());
     crate::faults::delay_spawn(&req.command); // tests only (RELIABILITY F3)
     let spec = spawn::SpawnSpec {
         command: req.command.clone(),
-        cwd: cwd.clone(),
+        cwd: facts.cwd.clone(),
         env,
-        process_id: id.clone(),
+        process_id: facts.id.clone(),
     };
     let spawned = match spawn::spawn(&d.reaper, &spec) {
         Ok(s) => s,
         Err(e) => {
-            d.store.remove(&id);
+            d.store.remove(&facts.id);
             return Err(internal("could not start /bin/sh", e));
         }
     };
@@ -278,14 +265,6 @@ fn start(
         (d.config.file.spool_max_bytes() > 0).then_some(dir.as_path()),
         d.config.file.spool_max_bytes(),
     ));
-    let facts = ProcessFacts {
-        id,
-        session_id: session.id.clone(),
-        name,
-        command: req.command.clone(),
-        cwd,
-        started_at,
-    };
     let ctx = ActorContext {
         timing: d.config.file.timing(),
         store: d.store.clone(),
@@ -296,7 +275,7 @@ fn start(
     let (proc, handle) = actor::launch(facts, slot, spawned, output, redactor, timeout, ctx);
     d.registry.insert(proc.clone());
     d.track_actor(proc.clone(), handle);
-    tracing::info!(process_id = %proc.id, pid = proc.state().identity.map(|i| i.pid), session = %session.id, "started");
+    tracing::info!(process_id = %proc.facts.id, pid = proc.state().identity.map(|i| i.pid), session = %session.id, "started");
     Ok(proc)
 }
 
