@@ -40,7 +40,7 @@ pub struct Daemon {
     pub started: Instant,
     /// Where the daemon log goes.
     pub log_dir: PathBuf,
-    /// Serialises limit checks with registration (see `service::exec`).
+    /// Serialises `exec`'s limit checks with the taking of a running slot (see `service::exec`).
     pub spawn_lock: Mutex<()>,
     /// Actor watchdogs, awaited at shutdown.
     pub(crate) actors: Mutex<Vec<JoinHandle<()>>>,

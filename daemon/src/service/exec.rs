@@ -147,13 +147,33 @@ pub(super) async fn exec(
         })
     };
 
-    let proc = match start(svc, &session, &req, cwd, env, redactor, timeout) {
-        Ok(p) => p,
-        Err(r) => return Ok(refused(r)),
+    // The directory, the record and `posix_spawn` are blocking work: they run on a blocking
+    // thread, and so does the registration after them, so a client that vanishes while this is
+    // awaited leaves a registered process, never a half-started one.
+    let start_req = StartRequest {
+        wanted_id: requested_id(&req).map(str::to_string),
+        name: req.name.clone().unwrap_or_default(),
+        command: req.command.clone(),
+        cwd,
+        env,
+        redactor,
+        timeout,
+    };
+    let (svc_for_start, session_for_start) = (svc.clone(), session.clone());
+    let started =
+        tokio::task::spawn_blocking(move || start(&svc_for_start, &session_for_start, start_req))
+            .await;
+    let proc = match started {
+        Ok(Ok(p)) => p,
+        Ok(Err(r)) => return Ok(refused(r)),
+        Err(e) => {
+            return Err(ErrorKind::Internal.status(format!("starting the process failed: {e}")));
+        }
     };
 
-    // The only `.await` above (the policy's parse) comes before anything starts: if the client
-    // vanishes from here on, the process is registered and runs on in the background.
+    // The `.await`s above come before anything starts (the policy's parse) or cannot be cut
+    // short (the blocking start): if the client vanishes from here on, the process is
+    // registered and runs on in the background.
     let mut state_rx = proc.subscribe();
     if req.stdin.as_ref().is_some_and(|s| !s.is_empty()) || req.close_stdin {
         let data = req.stdin.clone().unwrap_or_default();
@@ -171,42 +191,54 @@ pub(super) async fn exec(
     Ok(respond(&proc, max_out, yield_ms))
 }
 
-fn start(
-    svc: &ControlService,
-    session: &Session,
-    req: &pb::ExecRequest,
+/// What [`start`] needs of an `exec` that passed the policy.
+struct StartRequest {
+    wanted_id: Option<String>,
+    name: String,
+    command: Vec<u8>,
     cwd: PathBuf,
     env: Vec<(OsString, OsString)>,
     redactor: Option<Arc<Redactor>>,
     timeout: Option<Duration>,
+}
+
+/// Starts and registers a process (blocking: runs on a blocking thread).
+fn start(
+    svc: &ControlService,
+    session: &Session,
+    req: StartRequest,
 ) -> Result<Arc<ManagedProcess>, Refusal> {
     let d = &svc.daemon;
     let limit = |m: String| Refusal {
         kind: ErrorKind::LimitReached,
         message: m,
     };
-    // Limits are checked and the process registered under one lock, so concurrent execs cannot
-    // overshoot them.
-    let _guard = d.spawn_lock.lock().unwrap_or_else(|e| e.into_inner());
-    let (total, mine) = d.running.get(&session.id);
-    if mine >= session.policy.max_processes as usize {
-        return Err(limit(format!(
-            "this session already runs {mine} processes (YIELDSHELL_MAX_PROCESSES={}); stop one or wait for it first",
-            session.policy.max_processes
-        )));
-    }
-    let global = d.config.file.max_running_processes();
-    if total >= global as usize {
-        return Err(limit(format!(
-            "the daemon already runs {total} processes (its max_running_processes is {global})"
-        )));
-    }
+    // Only the limit check and the taking of a running slot are under the lock, so concurrent
+    // execs cannot overshoot the limits; the slot is given back if anything below fails.
+    let slot = {
+        let _guard = d.spawn_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (total, mine) = d.running.get(&session.id);
+        if mine >= session.policy.max_processes as usize {
+            return Err(limit(format!(
+                "this session already runs {mine} processes (YIELDSHELL_MAX_PROCESSES={}); stop one or wait for it first",
+                session.policy.max_processes
+            )));
+        }
+        let global = d.config.file.max_running_processes();
+        if total >= global as usize {
+            return Err(limit(format!(
+                "the daemon already runs {total} processes (its max_running_processes is {global})"
+            )));
+        }
+        d.running.take(&session.id)
+    };
     let in_use = |id: &str| Refusal {
         kind: ErrorKind::InvalidArgument,
         message: format!("process_id {id} is already in use"),
     };
-    let wanted = requested_id(req);
-    // Checked here, under the spawn lock, so two concurrent execs cannot both claim an id.
+    let wanted = req.wanted_id.as_deref();
+    // The process directory is the reservation: it is created atomically and never reused, so
+    // two concurrent execs cannot both claim an id.
     let mut id = match wanted {
         Some(w) if d.registry.contains(w) => return Err(in_use(w)),
         Some(w) => w.to_string(),
@@ -237,19 +269,19 @@ fn start(
     let facts = Arc::new(ProcessFacts {
         id,
         session_id: session.id.clone(),
-        name: req.name.clone().unwrap_or_default(),
-        command: req.command.clone(),
-        cwd,
+        name: req.name,
+        command: req.command,
+        cwd: req.cwd,
         started_at: SystemTime::now(),
     });
     // Queued before the spawn, so the record exists (with the command) for the next daemon even
     // if this one crashes right after; the directory alone already would.
     d.store.save(&facts.starting_record());
-    crate::faults::delay_spawn(&req.command); // tests only (RELIABILITY F3)
+    crate::faults::delay_spawn(&facts.command); // tests only (RELIABILITY F3)
     let spec = spawn::SpawnSpec {
-        command: req.command.clone(),
+        command: facts.command.clone(),
         cwd: facts.cwd.clone(),
-        env,
+        env: req.env,
         process_id: facts.id.clone(),
     };
     let spawned = match spawn::spawn(&d.reaper, &spec) {
@@ -271,8 +303,8 @@ fn start(
         shutdown: d.shutdown.clone(),
         reaper: d.reaper.clone(),
     };
-    let slot = d.running.take(&session.id);
-    let (proc, handle) = actor::launch(facts, slot, spawned, output, redactor, timeout, ctx);
+    let (proc, handle) =
+        actor::launch(facts, slot, spawned, output, req.redactor, req.timeout, ctx);
     d.registry.insert(proc.clone());
     d.track_actor(proc.clone(), handle);
     tracing::info!(process_id = %proc.facts.id, pid = proc.state().identity.map(|i| i.pid), session = %session.id, "started");
