@@ -104,6 +104,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
         started: Instant::now(),
         log_dir,
         spawn_lock: Mutex::new(()),
+        starts_in_flight: std::sync::atomic::AtomicUsize::new(0),
         actors: Mutex::new(Vec::new()),
     });
     let lost = recovery::recover(&daemon);
@@ -164,6 +165,18 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
     };
     daemon.shutdown.cancel();
     tracing::info!("shutting down: stopping managed processes");
+    // An `exec` past its limit check before the cancel is counted under the spawn lock; one
+    // after it refuses. Wait for the counted ones to register, so the sweep sees them.
+    drop(daemon.spawn_lock.lock().unwrap_or_else(|e| e.into_inner()));
+    let starts_deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while daemon
+        .starts_in_flight
+        .load(std::sync::atomic::Ordering::Acquire)
+        > 0
+        && tokio::time::Instant::now() < starts_deadline
+    {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     let timing = config.file.timing();
     let sweep = |grace: Duration| {
         let d = daemon.clone();

@@ -42,6 +42,9 @@ pub struct Daemon {
     pub log_dir: PathBuf,
     /// Serialises `exec`'s limit checks with the taking of a running slot (see `service::exec`).
     pub spawn_lock: Mutex<()>,
+    /// `exec`s between their limit check and their registration. Shutdown waits for them, so
+    /// no process is registered after its sweep (none starts once shutdown began).
+    pub starts_in_flight: std::sync::atomic::AtomicUsize,
     /// Actor watchdogs, awaited at shutdown.
     pub(crate) actors: Mutex<Vec<JoinHandle<()>>>,
 }

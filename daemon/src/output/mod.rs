@@ -399,7 +399,11 @@ impl OutputLog {
     pub fn close(&self) {
         let mut inner = self.lock();
         inner.closed = true;
-        let batch = inner.spool.as_mut().and_then(SpoolBuffer::take);
+        let batch = inner.spool.as_mut().and_then(|spool| {
+            let batch = spool.take();
+            spool.release();
+            batch
+        });
         self.write_batch(inner, batch);
         if let Some(mut files) = self.lock_files() {
             files.finish();
@@ -474,7 +478,12 @@ impl OutputLog {
         }
         // Taking the files' lock after `inner` keeps the lock order; a log restored from disk
         // has no files and its ring came from the disk, so the disk holds it.
-        if self.lock_files().is_some_and(|f| f.dropped > 0) {
+        // Nor when the spool's cap already deleted bytes the ring still holds.
+        let ring_start = inner.ring.start();
+        if self
+            .lock_files()
+            .is_some_and(|f| f.dropped > 0 || f.start() > ring_start)
+        {
             return false;
         }
         let floor = inner.ring.start();
@@ -577,6 +586,14 @@ impl OutputLog {
         let mut cursor = since;
         let mut disk_exhausted = false;
         let mut retained_from = None;
+        let mut cached_reader = None;
+        // A `use_spool` page reads the disk once; a walk over a released ring reads on until
+        // the ring, in steps large enough that a filtered read of a rare stream stays cheap.
+        let disk_step = if use_spool {
+            disk_max
+        } else {
+            disk_max.max(1 << 20)
+        };
         loop {
             let inner = self.lock();
             let end = inner.next_seq;
@@ -599,7 +616,8 @@ impl OutputLog {
                 && let Some(dir) = self.spool_dir.as_deref()
             {
                 drop(inner);
-                let Some((pieces, disk_start)) = self.read_disk(dir, cursor, ring_start, disk_max)
+                let Some((pieces, disk_start)) =
+                    self.read_disk(dir, cursor, ring_start, disk_step, &mut cached_reader)
                 else {
                     // Nothing of it on disk: what the ring no longer has is a gap.
                     disk_exhausted = true;
@@ -702,30 +720,51 @@ impl OutputLog {
         since: u64,
         ring_start: u64,
         max: usize,
+        cached: &mut Option<SpoolReader>,
     ) -> Option<(Vec<SpoolPiece>, u64)> {
         // Waiting for the files' lock waits for a batch in flight: bytes that left the ring
-        // before we looked are then on disk.
-        let files_start = self.lock_files().map_or(1, |f| f.start());
-        let reader = SpoolReader::open(dir).ok()?;
+        // before we looked are then on disk. Bytes from `missing_from` on failed to reach the
+        // disk and have no gap record yet: read up to there only, whatever lands on disk after.
+        let (files_start, missing_from) = self
+            .lock_files()
+            .map_or((1, None), |f| (f.start(), f.missing_from()));
+        let reader = match cached.take() {
+            Some(r) => r,
+            None => SpoolReader::open(dir).ok()?,
+        };
         let start = reader.range().0.max(files_start);
         let from = since.max(start);
-        if from >= ring_start {
+        let until = ring_start.min(missing_from.unwrap_or(u64::MAX));
+        if from >= until {
             return None;
         }
-        let want = usize::try_from(ring_start - from).unwrap_or(usize::MAX);
-        let mut pieces = reader.read(from, want.min(max)).ok()?;
-        if !pieces.iter().any(|p| matches!(p, SpoolPiece::Run(..))) {
-            return None;
+        let want = usize::try_from(until - from).unwrap_or(usize::MAX);
+        let pieces = reader.read(from, want.min(max)).ok()?;
+        if self.end().closed {
+            // A complete log's index no longer changes: the next step of this walk reuses it.
+            *cached = Some(reader);
         }
-        for piece in &mut pieces {
-            if let SpoolPiece::Missing(_, to) = piece {
-                *to = (*to).min(ring_start);
+        // Only `[from, until)`: a missing range costs nothing against `want`, so the reader may
+        // run past it, and bytes from `ring_start` on are the ring's to serve.
+        let mut clipped = Vec::with_capacity(pieces.len() + 1);
+        if from > since {
+            clipped.push(SpoolPiece::Missing(since, from));
+        }
+        for piece in pieces {
+            match piece {
+                SpoolPiece::Run(at, _, _) if at >= until => break,
+                SpoolPiece::Run(at, stream, mut bytes) => {
+                    bytes.truncate(usize::try_from(until - at).unwrap_or(usize::MAX));
+                    clipped.push(SpoolPiece::Run(at, stream, bytes));
+                }
+                SpoolPiece::Missing(at, _) if at >= until => break,
+                SpoolPiece::Missing(at, to) => clipped.push(SpoolPiece::Missing(at, to.min(until))),
             }
         }
-        if from > since {
-            pieces.insert(0, SpoolPiece::Missing(since, from));
+        if !clipped.iter().any(|p| matches!(p, SpoolPiece::Run(..))) {
+            return None;
         }
-        Some((pieces, start))
+        Some((clipped, start))
     }
 
     fn read_latest(

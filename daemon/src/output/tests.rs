@@ -399,3 +399,55 @@ fn a_running_log_or_one_without_a_spool_keeps_its_memory() {
     live.append(Stream::Stdout, &vec![b'x'; 100_000]);
     assert!(!live.release_memory(), "still running");
 }
+
+/// Found in review: a disk read that crosses a missing range may run past the ring's start; the
+/// bytes from there on are the ring's, and a page must not jump over them.
+#[test]
+fn a_disk_read_never_jumps_over_bytes_the_ring_holds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = OutputLog::new(6, Some(dir.path()), 1 << 30);
+    log.append(Stream::Stdout, b"aaaa");
+    log.flush_spool();
+    {
+        // "bbbb" (5..=8) never reaches the disk.
+        let mut inner = log.lock();
+        inner
+            .spool
+            .as_mut()
+            .expect("spool")
+            .append(Stream::Stdout, b"bbbb");
+        drop(inner.spool.as_mut().expect("spool").take());
+        inner.next_seq += 4;
+        inner.ring.push(Stream::Stdout, b"bbbb");
+        log.lock_files().expect("files").mark_missing_for_test(5);
+    }
+    log.append(Stream::Stdout, b"cccc");
+    log.flush_spool();
+    // The ring holds 7..=12 ("bbcccc"); 5..=6 are missing.
+    let r = log.read(&ReadQuery {
+        use_spool: true,
+        ..q(Some(5), 100)
+    });
+    assert!(r.truncated);
+    assert_eq!(r.first_seq, 7);
+    assert_eq!(r.stdout, b"bbcccc");
+    let runs = log.read_runs(5, 100, StreamFilter::Both);
+    assert_eq!(runs.gap, Some((5, 7)));
+    let bytes: Vec<u8> = runs.runs.iter().flat_map(|(_, _, b)| b.clone()).collect();
+    assert_eq!(bytes, b"bbcccc");
+}
+
+/// Found in review: a ring older than what the spool's cap kept is not released (its bytes
+/// exist nowhere else).
+#[test]
+fn a_ring_older_than_the_spool_keeps_its_memory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let seg = usize::try_from(spool::SEGMENT_BYTES).expect("segment");
+    // A ring of two segments, a spool capped at one.
+    let log = OutputLog::new(2 * seg, Some(dir.path()), spool::SEGMENT_BYTES);
+    log.append(Stream::Stdout, &vec![b'x'; seg + 1000]);
+    log.append(Stream::Stdout, &vec![b'y'; seg / 2]);
+    log.close();
+    assert!(!log.release_memory());
+    assert_eq!(log.read(&q(Some(1), 10)).stdout, b"xxxxxxxxxx");
+}

@@ -401,8 +401,15 @@ impl<T: ProcessTree> Actor<T> {
                 _ = self.ctx.shutdown.cancelled(), if awaits_shutdown => {
                     // The daemon stops every tree at once (`tree::stop_all`, one /proc scan per
                     // round for all of them); the actor only records how its process ended.
-                    if let Phase::Running { shutdown, .. } = &mut self.phase {
+                    // Its timeout no longer applies: the process ends by the shutdown, and is
+                    // recorded so, not as `timed_out` should the timer fire during the sweep.
+                    if let Phase::Running {
+                        shutdown,
+                        timeout_at,
+                    } = &mut self.phase
+                    {
                         *shutdown = true;
+                        *timeout_at = None;
                     }
                 }
             }

@@ -191,6 +191,25 @@ pub(super) async fn exec(
     Ok(respond(&proc, max_out, yield_ms))
 }
 
+/// One `exec` between its limit check and its registration (see `Daemon::starts_in_flight`).
+struct StartInFlight<'a>(&'a crate::Daemon);
+
+impl<'a> StartInFlight<'a> {
+    fn enter(d: &'a crate::Daemon) -> StartInFlight<'a> {
+        d.starts_in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        StartInFlight(d)
+    }
+}
+
+impl Drop for StartInFlight<'_> {
+    fn drop(&mut self) {
+        self.0
+            .starts_in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// What [`start`] needs of an `exec` that passed the policy.
 struct StartRequest {
     wanted_id: Option<String>,
@@ -215,8 +234,14 @@ fn start(
     };
     // Only the limit check and the taking of a running slot are under the lock, so concurrent
     // execs cannot overshoot the limits; the slot is given back if anything below fails.
-    let slot = {
+    let (slot, _in_flight) = {
         let _guard = d.spawn_lock.lock().unwrap_or_else(|e| e.into_inner());
+        if d.shutdown.is_cancelled() {
+            return Err(Refusal::new(
+                ErrorKind::ShuttingDown,
+                "yieldshelld is shutting down",
+            ));
+        }
         let (total, mine) = d.running.get(&session.id);
         if mine >= session.policy.max_processes as usize {
             return Err(limit(format!(
@@ -230,7 +255,7 @@ fn start(
                 "the daemon already runs {total} processes (its max_running_processes is {global})"
             )));
         }
-        d.running.take(&session.id)
+        (d.running.take(&session.id), StartInFlight::enter(d))
     };
     let in_use = |id: &str| Refusal {
         kind: ErrorKind::InvalidArgument,
