@@ -70,6 +70,10 @@ pub struct ActorTiming {
 const DESCENDANT_POLL: Duration = Duration::from_millis(500);
 /// After the tree is gone, how long readers may still drain before they are cut off.
 const READER_CUTOFF: Duration = Duration::from_millis(500);
+/// How much longer a drain waits for EOF when the grace is over but nothing of the tree holds
+/// the pipes any more: their writers are gone, so EOF is only a read away, and a pipe reader
+/// that a busy runtime has not run yet must not let the result settle without its last bytes.
+const EOF_WAIT: Duration = Duration::from_secs(2);
 /// How long a process runs before its record gets its pid and start time.
 const RUNNING_RECORD_DELAY: Duration = Duration::from_millis(100);
 
@@ -192,6 +196,9 @@ enum Phase {
     Draining {
         /// End of the drain grace.
         until: Instant,
+        /// The grace was extended once because nothing of the tree held the pipes (see
+        /// [`EOF_WAIT`]).
+        extended: bool,
     },
     /// A stop or timeout is taking the tree down.
     Stopping(StopRun),
@@ -237,7 +244,7 @@ impl Phase {
     fn deadline(&self) -> Option<Instant> {
         match self {
             Phase::Running { timeout_at, .. } => *timeout_at,
-            Phase::Draining { until } => Some(*until),
+            Phase::Draining { until, .. } => Some(*until),
             Phase::Stopping(run) => Some(run.next_tick),
             Phase::Closing { cutoff, .. } | Phase::Settled { cutoff, .. } => *cutoff,
             Phase::Lingering { next_poll, .. } => Some(*next_poll),
@@ -439,6 +446,7 @@ impl<T: ProcessTree> Actor<T> {
                 });
                 self.phase = Phase::Draining {
                     until: Instant::now() + self.ctx.timing.drain_grace,
+                    extended: false,
                 };
                 if self.readers.is_none() {
                     self.settle_natural().await;
@@ -530,6 +538,17 @@ impl<T: ProcessTree> Actor<T> {
     /// Settles a natural exit: the output is complete, or the drain grace is over.
     async fn settle_natural(&mut self) {
         let descendants = self.count_descendants(false).await;
+        if descendants == 0
+            && self.readers.is_some()
+            && let Phase::Draining {
+                until,
+                extended: extended @ false,
+            } = &mut self.phase
+        {
+            *until = Instant::now() + EOF_WAIT;
+            *extended = true;
+            return;
+        }
         let next = if descendants > 0 {
             Phase::Lingering {
                 next_poll: Instant::now() + DESCENDANT_POLL,

@@ -523,3 +523,43 @@ async fn a_sigkill_stop_during_a_graceful_one_escalates_at_once_and_both_are_ans
         "the second stop sends no second SIGTERM"
     );
 }
+
+/// A pipe reader that a busy runtime has not run yet looks like pipes held open: once nothing of
+/// the tree holds them, the drain waits [`super::EOF_WAIT`] more for EOF instead of settling
+/// without the last bytes (the issue-16 race, under load).
+#[tokio::test(start_paused = true)]
+async fn a_late_eof_after_the_drain_grace_still_comes_before_the_settle() {
+    let h = start(None);
+    h.tree.hold_pipes_outside();
+    let t0 = Instant::now();
+    h.tree.exit_shell(3);
+    tokio::time::sleep(TIMING.drain_grace + Duration::from_millis(50)).await;
+    assert!(!h.proc.state().settled, "settled before EOF");
+    assert_eq!(h.reported_status(), Status::Running);
+    h.tree.release_pipes_outside();
+    let state = h.settled().await;
+    assert_eq!(t0.elapsed(), TIMING.drain_grace + Duration::from_millis(50));
+    assert_eq!((state.status, state.descendants), (Status::Completed, 0));
+    assert!(
+        h.proc.output.end().closed,
+        "the output was complete at the settle"
+    );
+    h.ended().await;
+}
+
+/// When the pipes stay open (something no scan finds holds them), the result settles after the
+/// extra wait, and their later output is still read.
+#[tokio::test(start_paused = true)]
+async fn pipes_held_by_something_unseen_settle_after_the_extra_wait_and_keep_being_read() {
+    let h = start(None);
+    h.tree.hold_pipes_outside();
+    let t0 = Instant::now();
+    h.tree.exit_shell(0);
+    let state = h.settled().await;
+    assert_eq!(t0.elapsed(), TIMING.drain_grace + super::EOF_WAIT);
+    assert_eq!(state.status, Status::Completed);
+    assert!(!h.proc.output.end().closed, "still reading");
+    h.tree.release_pipes_outside();
+    let h = h.ended().await;
+    assert!(h.proc.output.end().closed);
+}
