@@ -20,6 +20,9 @@ pub enum ErrorKind {
     ProcessExited,
     /// The process's stdin was closed earlier.
     StdinClosed,
+    /// An earlier write to the process's stdin is still waiting for the process to read it;
+    /// retry once that one has been accepted or has failed.
+    StdinBusy,
     /// A declared side effect is on the block list.
     SideEffectBlocked,
     /// The command matches the deny regex, misses the allow regex, or names a program outside
@@ -47,11 +50,12 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, for round-trip tests and documentation.
-    pub const ALL: [ErrorKind; 15] = [
+    pub const ALL: [ErrorKind; 16] = [
         ErrorKind::UnknownProcess,
         ErrorKind::UnknownSession,
         ErrorKind::ProcessExited,
         ErrorKind::StdinClosed,
+        ErrorKind::StdinBusy,
         ErrorKind::SideEffectBlocked,
         ErrorKind::CommandDenied,
         ErrorKind::CwdDenied,
@@ -72,6 +76,7 @@ impl ErrorKind {
             ErrorKind::UnknownSession => "unknown_session",
             ErrorKind::ProcessExited => "process_exited",
             ErrorKind::StdinClosed => "stdin_closed",
+            ErrorKind::StdinBusy => "stdin_busy",
             ErrorKind::SideEffectBlocked => "side_effect_blocked",
             ErrorKind::CommandDenied => "command_denied",
             ErrorKind::CwdDenied => "cwd_denied",
@@ -121,6 +126,7 @@ impl ErrorKind {
             ErrorKind::UnknownSession
             | ErrorKind::ProcessExited
             | ErrorKind::StdinClosed
+            | ErrorKind::StdinBusy
             | ErrorKind::ProtocolMismatch => Code::FailedPrecondition,
             ErrorKind::SideEffectBlocked | ErrorKind::CommandDenied | ErrorKind::CwdDenied => {
                 Code::PermissionDenied

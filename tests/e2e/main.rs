@@ -6,6 +6,7 @@ mod mcp;
 
 mod cli;
 mod daemon_exec;
+mod daemon_inputs;
 mod daemon_lifecycle;
 mod daemon_output;
 mod daemon_policy;

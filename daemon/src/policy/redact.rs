@@ -6,6 +6,7 @@
 //! output anywhere, so each stream keeps back the few trailing bytes that could be the start of a
 //! secret until the next read (or EOF) decides: a value split across two reads is still caught.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use aho_corasick::{AhoCorasick, MatchKind};
@@ -32,12 +33,14 @@ impl Redactor {
     ) -> Option<Arc<Redactor>> {
         let mut secrets: Vec<Vec<u8>> = Vec::new();
         let mut replacements = Vec::new();
+        // A set, not a search of `secrets`: an environment of many secrets stays linear.
+        let mut seen: HashSet<&[u8]> = HashSet::new();
         for (name, value) in env {
-            let name = String::from_utf8_lossy(name);
-            if value.len() < MIN_SECRET_LEN || !names.is_match(&name) {
+            if value.len() < MIN_SECRET_LEN {
                 continue;
             }
-            if secrets.iter().any(|s| s == value) {
+            let name = String::from_utf8_lossy(name);
+            if !names.is_match(&name) || !seen.insert(value) {
                 continue;
             }
             secrets.push(value.to_vec());
@@ -62,6 +65,16 @@ impl Redactor {
             first_bytes,
             longest,
         }))
+    }
+
+    /// `data` with every secret replaced, in one piece: for the command line and name of a
+    /// process, stored and shown as its output is.
+    pub fn redact(self: &Arc<Self>, data: &[u8]) -> Vec<u8> {
+        let mut stream = RedactStream::new(self.clone());
+        let mut out = Vec::with_capacity(data.len());
+        stream.push(data, &mut out);
+        stream.finish(&mut out);
+        out
     }
 
     /// Length of the longest suffix of `tail` that could still grow into a secret.
@@ -168,6 +181,14 @@ mod tests {
     #[test]
     fn a_partial_prefix_at_eof_is_released() {
         assert_eq!(run(&[b"ends with s3cr3t"]), b"ends with s3cr3t");
+    }
+
+    #[test]
+    fn redacts_a_whole_text_at_once() {
+        assert_eq!(
+            redactor().redact(b"curl -H 'auth: s3cr3t-value-123' x"),
+            b"curl -H 'auth: [REDACTED:API_TOKEN]' x"
+        );
     }
 
     #[test]

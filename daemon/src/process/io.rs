@@ -3,7 +3,8 @@
 //! They run beside the actor and never touch [`ProcState`](super::ProcState): a reader only
 //! redacts and appends to the [`OutputLog`] until EOF (the actor learns of that by joining it), and
 //! the writer serialises `write` requests, so a process that stops reading its input blocks only
-//! the writer (with a timeout), never the actor.
+//! the writer (with a timeout), never the actor; writes that arrive meanwhile fail fast
+//! (`stdin_busy`) rather than queue.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,6 +85,10 @@ pub(super) async fn pump(
 
 /// Writes `requests` to the process's stdin in order, until the actor closes it (`close`) or
 /// every sender is gone.
+///
+/// One write at a time: a request that arrives while an earlier one is still blocked (the process
+/// is not reading) is answered at once with `stdin_busy` instead of queueing silently behind it,
+/// so no `write` ever waits longer than its own [`STDIN_WRITE_TIMEOUT`].
 pub(super) async fn stdin_writer(
     pipe: pipe::Sender,
     mut requests: mpsc::Receiver<StdinWrite>,
@@ -102,7 +107,20 @@ pub(super) async fn stdin_writer(
             )));
             continue;
         };
-        let result = match tokio::time::timeout(STDIN_WRITE_TIMEOUT, p.write_all(&req.data)).await {
+        let written = {
+            let write = tokio::time::timeout(STDIN_WRITE_TIMEOUT, p.write_all(&req.data));
+            tokio::pin!(write);
+            loop {
+                tokio::select! {
+                    r = &mut write => break r,
+                    // Once every sender is gone this branch is disabled; the write ends alone.
+                    Some(later) = requests.recv() => {
+                        let _ = later.reply.send(Err(busy(req.data.len())));
+                    }
+                }
+            }
+        };
+        let result = match written {
             Ok(Ok(())) => Ok(req.data.len()),
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Error::new(
                 ErrorKind::ProcessExited,
@@ -125,4 +143,16 @@ pub(super) async fn stdin_writer(
         }
         let _ = req.reply.send(result);
     }
+}
+
+/// The answer to a write that arrives while `pending` bytes of an earlier one are still blocked.
+fn busy(pending: usize) -> Error {
+    Error::new(
+        ErrorKind::StdinBusy,
+        format!(
+            "an earlier write ({pending} bytes) is still waiting for the process to read its stdin \
+             (it gives up after {}s); retry once it has been accepted",
+            STDIN_WRITE_TIMEOUT.as_secs()
+        ),
+    )
 }

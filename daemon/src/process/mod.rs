@@ -159,6 +159,9 @@ pub struct StdinWrite {
     pub reply: oneshot::Sender<Result<usize, Error>>,
 }
 
+/// The answer to a queued stdin write: bytes written, or why not.
+pub type StdinAnswer = oneshot::Receiver<Result<usize, Error>>;
+
 /// A managed process, shared by the registry, the actor and RPC handlers.
 #[derive(Debug)]
 pub struct ManagedProcess {
@@ -341,24 +344,43 @@ impl ManagedProcess {
 
     /// Writes to stdin (and closes it on `eof`).
     pub async fn write_stdin(&self, data: Vec<u8>, eof: bool) -> Result<usize, Error> {
-        let exited = || {
-            Error::new(
-                ErrorKind::ProcessExited,
-                format!("process {} has ended; its stdin is closed", self.facts.id),
-            )
-        };
+        let written = self.queue_stdin(data, eof)?;
+        written.await.map_err(|_| self.stdin_ended())?
+    }
+
+    /// Hands a write to the stdin writer without waiting for it; the receiver answers once it
+    /// is written (or why not). Synchronous, so that nothing sent later (a `write` after an
+    /// `exec` that carried `stdin`) can overtake it.
+    pub fn queue_stdin(&self, data: Vec<u8>, eof: bool) -> Result<StdinAnswer, Error> {
         let stdin = self
             .stdin
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
-            .ok_or_else(exited)?;
+            .ok_or_else(|| self.stdin_ended())?;
         let (reply, rx) = oneshot::channel();
+        // The writer answers every request that arrives while it is blocked (`stdin_busy`), so
+        // the queue is full only under a burst of concurrent writes: they are refused the same way.
         stdin
-            .send(StdinWrite { data, eof, reply })
-            .await
-            .map_err(|_| exited())?;
-        rx.await.map_err(|_| exited())?
+            .try_send(StdinWrite { data, eof, reply })
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => Error::new(
+                    ErrorKind::StdinBusy,
+                    format!(
+                        "process {}: too many writes to stdin at once; retry",
+                        self.facts.id
+                    ),
+                ),
+                mpsc::error::TrySendError::Closed(_) => self.stdin_ended(),
+            })?;
+        Ok(rx)
+    }
+
+    fn stdin_ended(&self) -> Error {
+        Error::new(
+            ErrorKind::ProcessExited,
+            format!("process {} has ended; its stdin is closed", self.facts.id),
+        )
     }
 
     /// Run time so far, or in total once ended.

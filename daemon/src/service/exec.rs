@@ -2,6 +2,7 @@
 //! returns the moment it has exited and drained, and a slow one is already a managed background
 //! process when the yield time runs out.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,13 +13,15 @@ use yieldshell_proto::ids::is_client_process_id;
 use yieldshell_proto::pb;
 use yieldshell_proto::session_config::{bytes_os, os_bytes};
 
-use super::{ControlService, clamp_output_bytes, output_to_pb};
+use super::{
+    ControlService, MAX_DURATION_MS, MAX_WRITE_BYTES, at_most, clamp_output_bytes, output_to_pb,
+};
 use crate::output::{OutputLog, ReadQuery, StreamFilter};
 use crate::policy::Refusal;
 use crate::policy::redact::Redactor;
 use crate::process::actor::{self, ActorContext};
 use crate::process::{ManagedProcess, ProcessFacts, Status, new_process_id, spawn};
-use crate::session::Session;
+use crate::session::{Session, check_env_size};
 
 fn refused(r: Refusal) -> pb::ExecResponse {
     pb::ExecResponse {
@@ -35,12 +38,52 @@ fn refused(r: Refusal) -> pb::ExecResponse {
     }
 }
 
-/// The session environment with the overlay applied (overlay wins).
+/// Longest process `name`.
+const MAX_NAME_BYTES: usize = 4096;
+
+/// Refuses what is out of range before anything looks at the request: every numeric field has
+/// a documented range (docs/RELIABILITY.md, "Input ranges"), and sizes are bounded so no request
+/// makes the daemon work for long while other clients wait.
+fn check_ranges(req: &pb::ExecRequest, default_timeout_ms: u64) -> Result<(), Refusal> {
+    let invalid = |message: String| Refusal {
+        kind: ErrorKind::InvalidArgument,
+        message,
+    };
+    at_most("yield_ms", req.yield_ms, MAX_DURATION_MS).map_err(invalid)?;
+    match req.timeout_ms {
+        Some(_) => at_most("timeout_ms", req.timeout_ms, MAX_DURATION_MS),
+        None => at_most(
+            "timeout_ms (the session's default timeout)",
+            Some(default_timeout_ms),
+            MAX_DURATION_MS,
+        ),
+    }
+    .map_err(invalid)?;
+    let stdin = req.stdin.as_ref().map_or(0, Vec::len);
+    if stdin > MAX_WRITE_BYTES {
+        return Err(invalid(format!(
+            "stdin is {stdin} bytes; at most {MAX_WRITE_BYTES} bytes (send more with write)"
+        )));
+    }
+    check_env_size("env", req.env.iter().map(|v| (&v.name[..], &v.value[..]))).map_err(invalid)?;
+    let name = req.name.as_ref().map_or(0, String::len);
+    if name > MAX_NAME_BYTES {
+        return Err(invalid(format!(
+            "name is {name} bytes; at most {MAX_NAME_BYTES}"
+        )));
+    }
+    Ok(())
+}
+
+/// The session environment with the overlay applied (overlay wins; a later overlay entry wins
+/// over an earlier one). Linear: one hash lookup per variable, whatever the sizes.
 fn merged_env(
     session: &Session,
     overlay: &[pb::EnvVar],
 ) -> Result<Vec<(OsString, OsString)>, Refusal> {
-    let mut env = session.env.clone();
+    // The overlay by name, in first-seen order; each value is taken once it has been placed.
+    let mut values: Vec<(OsString, Option<OsString>)> = Vec::with_capacity(overlay.len());
+    let mut position: HashMap<OsString, usize> = HashMap::with_capacity(overlay.len());
     for var in overlay {
         if var.name.is_empty()
             || var.name.contains(&b'=')
@@ -56,12 +99,28 @@ fn merged_env(
             });
         }
         let name = bytes_os(&var.name);
-        let value = bytes_os(&var.value);
-        match env.iter_mut().find(|(k, _)| *k == name) {
-            Some(slot) => slot.1 = value,
-            None => env.push((name, value)),
+        let value = Some(bytes_os(&var.value));
+        match position.get(&name) {
+            Some(&i) => values[i].1 = value,
+            None => {
+                position.insert(name.clone(), values.len());
+                values.push((name, value));
+            }
         }
     }
+    let mut env = Vec::with_capacity(session.env.len() + values.len());
+    for (name, value) in session.env.iter() {
+        // The first session entry of a name takes the overlay's value, as a linear search would.
+        let replaced = position
+            .get(name.as_os_str())
+            .and_then(|&i| values[i].1.take());
+        env.push((name.clone(), replaced.unwrap_or_else(|| value.clone())));
+    }
+    env.extend(
+        values
+            .into_iter()
+            .filter_map(|(name, value)| Some((name, value?))),
+    );
     Ok(env)
 }
 
@@ -83,7 +142,7 @@ fn exec_status(status: Status) -> pb::ExecStatus {
 
 pub(super) async fn exec(
     svc: &ControlService,
-    req: pb::ExecRequest,
+    mut req: pb::ExecRequest,
 ) -> Result<pb::ExecResponse, tonic::Status> {
     let d = &svc.daemon;
     let session = d.sessions.get(&req.session_id)?;
@@ -100,6 +159,9 @@ pub(super) async fn exec(
                 "process_id {id:?} is not a lowercase UUID (such as 0f8e2c1a-5b7d-4e3f-9a1b-2c3d4e5f6a7b); omit it to get a daemon-chosen id"
             ),
         }));
+    }
+    if let Err(r) = check_ranges(&req, policy.default_timeout_ms) {
+        return Ok(refused(r));
     }
     // DESIGN §5 order: side effects, command policy, cwd, limits, spawn.
     if let Err(r) = policy.check_side_effects(&req.side_effects) {
@@ -121,10 +183,13 @@ pub(super) async fn exec(
         Ok(e) => e,
         Err(r) => return Ok(refused(r)),
     };
+    // A documented cap, not a refusal: the session's max_yield_ms (itself never above
+    // MAX_DURATION_MS here, whatever the session sent).
     let yield_ms = req
         .yield_ms
         .unwrap_or(policy.default_yield_ms)
-        .min(policy.max_yield_ms);
+        .min(policy.max_yield_ms)
+        .min(MAX_DURATION_MS);
     let timeout = match req.timeout_ms.unwrap_or(policy.default_timeout_ms) {
         0 => None,
         ms => Some(Duration::from_millis(ms)),
@@ -176,10 +241,22 @@ pub(super) async fn exec(
     // registered and runs on in the background.
     let mut state_rx = proc.subscribe();
     if req.stdin.as_ref().is_some_and(|s| !s.is_empty()) || req.close_stdin {
-        let data = req.stdin.clone().unwrap_or_default();
-        if let Err(Refusal { kind, message: msg }) = proc.write_stdin(data, req.close_stdin).await {
-            // A command that exits without reading its input is not an error of exec.
-            tracing::debug!(process_id = %proc.facts.id, %kind, "initial stdin not fully written: {msg}");
+        // Queued now (so a later `write` cannot overtake it) but awaited elsewhere: a process
+        // that does not read its input must not hold the exec past its yield.
+        let data = req.stdin.take().unwrap_or_default();
+        let id = proc.facts.id.clone();
+        match proc.queue_stdin(data, req.close_stdin) {
+            Ok(written) => {
+                tokio::spawn(async move {
+                    if let Ok(Err(e)) = written.await {
+                        // A command that exits without reading its input is not an error of exec.
+                        tracing::debug!(process_id = %id, kind = %e.kind, "initial stdin not fully written: {}", e.message);
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::debug!(process_id = %id, kind = %e.kind, "initial stdin not written: {}", e.message);
+            }
         }
     }
     let deadline = tokio::time::Instant::now() + Duration::from_millis(yield_ms);
@@ -291,20 +368,29 @@ fn start(
             Err(e) => return Err(internal("creating the process directory", e)),
         }
     };
+    // What is stored and shown (ps, info, record.json) is redacted as output is; what runs is
+    // the command as sent.
+    let (name, shown_command) = match req.redactor.as_ref() {
+        Some(r) => (
+            String::from_utf8_lossy(&r.redact(req.name.as_bytes())).into_owned(),
+            r.redact(&req.command),
+        ),
+        None => (req.name, req.command.clone()),
+    };
     let facts = Arc::new(ProcessFacts {
         id,
         session_id: session.id.clone(),
-        name: req.name,
-        command: req.command,
+        name,
+        command: shown_command,
         cwd: req.cwd,
         started_at: SystemTime::now(),
     });
     // Queued before the spawn, so the record exists (with the command) for the next daemon even
     // if this one crashes right after; the directory alone already would.
     d.store.save(&facts.starting_record());
-    crate::faults::delay_spawn(&facts.command); // tests only (RELIABILITY F3)
+    crate::faults::delay_spawn(&req.command); // tests only (RELIABILITY F3)
     let spec = spawn::SpawnSpec {
-        command: facts.command.clone(),
+        command: req.command,
         cwd: facts.cwd.clone(),
         env: req.env,
         process_id: facts.id.clone(),

@@ -84,6 +84,22 @@ fn output_to_pb(r: crate::output::ReadResult) -> pb::Output {
 /// Largest per-stream page any read may ask for, whatever the policy says (memory safety).
 pub const HARD_MAX_READ_BYTES: u64 = 16 * 1024 * 1024;
 
+/// Longest time any call may be told to wait or any process to run before its timeout: 30 days.
+/// Larger values are refused (`invalid_argument`) rather than clamped, because a deadline
+/// computed from them would overflow the clock.
+pub const MAX_DURATION_MS: u64 = 30 * 24 * 3_600_000;
+
+/// Largest stdin in one `write` or `exec` (larger requests are refused, `invalid_argument`).
+const MAX_WRITE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Refuses `value` above `max` with a message naming the field and its range.
+fn at_most(field: &str, value: Option<u64>, max: u64) -> Result<(), String> {
+    match value {
+        Some(v) if v > max => Err(format!("{field} is {v}; it must be between 0 and {max}")),
+        _ => Ok(()),
+    }
+}
+
 fn clamp_output_bytes(requested: Option<u64>, policy_max: u64) -> usize {
     let max = requested
         .unwrap_or(policy_max)

@@ -13,7 +13,10 @@ use tokio_util::sync::CancellationToken;
 use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::pb;
 
-use super::{ControlService, FollowStream, clamp_output_bytes, output_to_pb, stream_filter};
+use super::{
+    ControlService, FollowStream, MAX_DURATION_MS, at_most, clamp_output_bytes, output_to_pb,
+    stream_filter,
+};
 use crate::output::{LogEnd, ReadQuery, RunsPage, Stream, StreamFilter};
 use crate::process::{ManagedProcess, ProcState};
 
@@ -321,6 +324,9 @@ pub(super) async fn wait(
     let proc = svc.lookup(&session, &req.process_id)?;
     let streams = stream_filter(req.streams)?;
     let max_out = clamp_output_bytes(req.max_output_bytes, session.policy.max_output_bytes);
+    // Beyond the range the deadline would overflow the clock.
+    at_most("timeout_ms", req.timeout_ms, MAX_DURATION_MS)
+        .map_err(|m| ErrorKind::InvalidArgument.status(m))?;
     let deadline = req
         .timeout_ms
         .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
