@@ -23,3 +23,4 @@ mod reliability_output_race;
 mod reliability_security;
 mod reliability_spool;
 mod shim;
+mod shim_jsonrpc;
