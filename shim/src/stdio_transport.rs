@@ -17,7 +17,9 @@
 //! SDKs do: replying to garbage can start an error storm with a peer that echoes it); a JSON
 //! notification (`method` without `id`) → ignored (JSON-RPC never answers notifications);
 //! other JSON → `-32600` without an `id`. A line longer than [`MAX_LINE`] is never buffered:
-//! it is dropped, and answered only if its `id` comes within its first [`OVERSIZED_HEAD`] bytes.
+//! it is dropped unread and answered with `-32600` when [`IdScanner`], which follows it in
+//! constant memory, finds a top-level `id` in it (anywhere: first, or last as the TypeScript SDK
+//! writes it).
 //!
 //! Writes: one shared [`Outbox`] behind a mutex, used by rmcp's `send` and by the replies
 //! written here, so frames never interleave. A frame is queued whole, under the lock, before
@@ -38,8 +40,8 @@ use tokio::sync::Mutex;
 /// Longest incoming line (one JSON-RPC message), as rmcp's default: a peer that never sends a
 /// newline must not grow the buffer without bound.
 pub const MAX_LINE: usize = 16 * 1024 * 1024;
-/// How much of an oversized line is kept to look for its `id`.
-pub const OVERSIZED_HEAD: usize = 64 * 1024;
+/// Longest `id` value an [`IdScanner`] keeps (ids are short; a longer one is not read).
+const MAX_ID_BYTES: usize = 1024;
 
 /// UTF-8 byte order mark, which RFC 8259 §8.1 lets a parser ignore (rmcp does).
 const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
@@ -49,8 +51,9 @@ pub struct StdioTransport<R, W> {
     read: BufReader<R>,
     /// The line being read; survives a cancelled `receive`, which resumes it.
     line: Vec<u8>,
-    /// Set while the rest of an oversized line is skipped (up to its newline).
-    discarding: bool,
+    /// Set while the rest of an oversized line is skipped (up to its newline): what looks for
+    /// its `id` meanwhile.
+    discarding: Option<IdScanner>,
     outbox: Arc<Mutex<Option<Outbox<W>>>>,
     /// A reply decided but not yet queued (the wait for the outbox lock was cancelled).
     reply: Option<TxJsonRpcMessage<RoleServer>>,
@@ -94,8 +97,8 @@ impl<W: AsyncWrite + Unpin> Outbox<W> {
 enum LineRead {
     /// A whole line (newline included) is in `line`.
     Line,
-    /// A line longer than [`MAX_LINE`] ended; `line` holds its first [`OVERSIZED_HEAD`] bytes.
-    Oversized,
+    /// A line longer than [`MAX_LINE`] ended (dropped); its `id`, if one was found.
+    Oversized(Option<RequestId>),
     Eof,
     Failed(std::io::Error),
 }
@@ -110,7 +113,7 @@ where
         StdioTransport {
             read: BufReader::new(read),
             line: Vec::new(),
-            discarding: false,
+            discarding: None,
             outbox: Arc::new(Mutex::new(Some(Outbox {
                 out: write,
                 queued: Vec::new(),
@@ -136,25 +139,24 @@ where
                 }
                 let newline = available.iter().position(|b| *b == b'\n');
                 let take = newline.map_or(available.len(), |i| i + 1);
-                if !self.discarding && self.line.len() + take > MAX_LINE {
-                    // Keep the head (where the `id` may be) and skip the rest.
-                    self.line.truncate(OVERSIZED_HEAD);
-                    self.discarding = true;
+                if self.discarding.is_none() && self.line.len() + take > MAX_LINE {
+                    // From here on the line is only scanned for its `id`, never kept.
+                    let mut scanner = IdScanner::default();
+                    scanner.feed(&self.line);
+                    self.line.clear();
+                    self.discarding = Some(scanner);
                 }
-                if self.discarding {
-                    let room = OVERSIZED_HEAD.saturating_sub(self.line.len());
-                    self.line.extend_from_slice(&available[..take.min(room)]);
-                } else {
-                    self.line.extend_from_slice(&available[..take]);
+                match self.discarding.as_mut() {
+                    Some(scanner) => scanner.feed(&available[..take]),
+                    None => self.line.extend_from_slice(&available[..take]),
                 }
                 (take, newline.is_some())
             };
             self.read.consume(consumed);
             if ended {
-                return if std::mem::take(&mut self.discarding) {
-                    LineRead::Oversized
-                } else {
-                    LineRead::Line
+                return match self.discarding.take() {
+                    Some(scanner) => LineRead::Oversized(scanner.found),
+                    None => LineRead::Line,
                 };
             }
         }
@@ -213,9 +215,9 @@ where
             if (self.reply.is_some() || self.flush_owed) && !self.write_reply().await {
                 return None;
             }
-            let oversized = match self.read_line().await {
-                LineRead::Line => false,
-                LineRead::Oversized => true,
+            let verdict = match self.read_line().await {
+                LineRead::Line => judge_line(trim_line(&self.line)),
+                LineRead::Oversized(id) => judge_oversized(id),
                 // Bytes left in `line` at EOF are a message without its newline: not delivered.
                 LineRead::Eof => return None,
                 LineRead::Failed(e) => {
@@ -223,14 +225,7 @@ where
                     return None;
                 }
             };
-            let line = std::mem::take(&mut self.line);
-            let verdict = if oversized {
-                judge_oversized(&line)
-            } else {
-                judge_line(trim_line(&line))
-            };
-            // Keep the buffer's capacity for the next line (oversized heads are small).
-            self.line = line;
+            // Cleared only now that the line is judged; the capacity stays for the next one.
             self.line.clear();
             match verdict {
                 Verdict::Deliver(message) => return Some(*message),
@@ -313,14 +308,13 @@ pub fn judge_line(line: &[u8]) -> Verdict {
     )))
 }
 
-/// Decides what a line over [`MAX_LINE`] gets, from its first bytes (`head`).
-pub fn judge_oversized(head: &[u8]) -> Verdict {
-    let envelope = read_envelope(trim_line(head));
+/// Decides what a line over [`MAX_LINE`] gets, given the `id` found in it.
+pub fn judge_oversized(id: Option<RequestId>) -> Verdict {
     eprintln!(
         "mcp-yieldshell: dropped an incoming message over the {} MiB limit",
         MAX_LINE / (1024 * 1024)
     );
-    match envelope.id {
+    match id {
         Some(id) => Verdict::Reply(Box::new(TxJsonRpcMessage::<RoleServer>::error(
             ErrorData::invalid_request(
                 format!(
@@ -396,6 +390,86 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// Follows a JSON object fed in pieces, in constant memory, and notes its top-level `id` (a
+/// string or an integer): how a line too long to keep still gets its answer. It tracks only
+/// nesting, strings and escapes, so lone surrogates or invalid UTF-8 anywhere do not disturb it.
+#[derive(Debug, Default)]
+pub struct IdScanner {
+    /// Nesting outside strings; 1 is inside the top-level object.
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+    /// At depth 1 in an object, the next string is a member name (after `{` or `,`).
+    expect_key: bool,
+    /// Reading a top-level member name.
+    in_key: bool,
+    /// The member name so far; three bytes are enough to tell `id` from the rest.
+    key: Vec<u8>,
+    /// The bytes of the top-level `id`'s value while it is read.
+    id_value: Option<Vec<u8>>,
+    /// The last complete top-level `id` seen.
+    pub found: Option<RequestId>,
+}
+
+impl IdScanner {
+    /// Follows the next bytes of the object.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.step(b);
+        }
+    }
+
+    fn step(&mut self, b: u8) {
+        let ends_member = !self.in_string && self.depth == 1 && (b == b',' || b == b'}');
+        if ends_member && let Some(value) = self.id_value.take() {
+            self.found = match serde_json::from_slice::<Value>(&value) {
+                Ok(Value::String(s)) => Some(RequestId::String(s.into())),
+                Ok(Value::Number(n)) => n.as_i64().map(RequestId::Number),
+                _ => None,
+            };
+        } else if let Some(value) = self.id_value.as_mut()
+            && value.len() < MAX_ID_BYTES
+        {
+            value.push(b);
+        }
+        if self.in_string {
+            if self.escaped {
+                self.escaped = false;
+            } else if b == b'\\' {
+                self.escaped = true;
+            } else if b == b'"' {
+                self.in_string = false;
+                self.in_key = false;
+                return;
+            }
+            if self.in_key && self.key.len() < 3 {
+                self.key.push(b);
+            }
+            return;
+        }
+        match b {
+            b'"' => {
+                self.in_string = true;
+                if self.depth == 1 && self.expect_key {
+                    self.expect_key = false;
+                    self.in_key = true;
+                    self.key.clear();
+                }
+            }
+            b'{' | b'[' => {
+                self.depth += 1;
+                if self.depth == 1 {
+                    self.expect_key = b == b'{';
+                }
+            }
+            b'}' | b']' => self.depth = self.depth.saturating_sub(1),
+            b',' if self.depth == 1 => self.expect_key = true,
+            b':' if self.depth == 1 && self.key == b"id" => self.id_value = Some(Vec::new()),
+            _ => {}
+        }
     }
 }
 
@@ -509,10 +583,53 @@ mod tests {
         }
     }
 
+    /// The scanner's `id`, feeding `line` in pieces of `chunk` bytes.
+    fn scanned_id(line: &[u8], chunk: usize) -> Option<RequestId> {
+        let mut scanner = IdScanner::default();
+        for piece in line.chunks(chunk) {
+            scanner.feed(piece);
+        }
+        scanner.found
+    }
+
     #[test]
-    fn an_oversized_message_is_answered_when_its_id_is_in_the_head() {
-        let head = r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"exec","arguments":{"command":"xxxx"#;
-        let Verdict::Reply(r) = judge_oversized(head.as_bytes()) else {
+    fn the_scanner_finds_only_the_top_level_id_wherever_it_is() {
+        let number = |n| Some(RequestId::Number(n));
+        let string = |s: &str| Some(RequestId::String(s.into()));
+        let cases: [(&[u8], Option<RequestId>); 8] = [
+            (
+                br#"{"jsonrpc":"2.0","id":11,"method":"x","params":{"a":"b"}}"#,
+                number(11),
+            ),
+            (
+                br#"{"method":"x","params":{"id":1,"s":"\"id\":2,"},"id":"last"}"#,
+                string("last"),
+            ),
+            (br#"{ "id" : -3 , "method":"x"}"#, number(-3)),
+            (
+                br#"{"params":{"c":"\udcff \\"},"id":"a,}b"}"#,
+                string("a,}b"),
+            ),
+            (b"{\"params\":{\"c\":\"\xff\xfe\"},\"id\":4}", number(4)),
+            (br#"{"method":"x","params":{"id":1}}"#, None),
+            (br#"[{"id":1}]"#, None),
+            (br#"{"idx":1,"id":1.5,"xid":2}"#, None),
+        ];
+        for (line, id) in cases {
+            for chunk in [1, 3, line.len()] {
+                assert_eq!(
+                    scanned_id(line, chunk),
+                    id,
+                    "{}",
+                    String::from_utf8_lossy(line)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_oversized_message_is_answered_when_it_has_an_id() {
+        let Verdict::Reply(r) = judge_oversized(Some(RequestId::Number(11))) else {
             panic!("no reply")
         };
         let r = serde_json::to_value(&r).expect("json");
@@ -520,10 +637,7 @@ mod tests {
             (r["id"].clone(), r["error"]["code"].clone()),
             (11.into(), (-32600).into())
         );
-        assert!(matches!(
-            judge_oversized(br#"{"jsonrpc":"2.0","method":"tools/call","params":{"x":"xxxx"#),
-            Verdict::Ignore
-        ));
+        assert!(matches!(judge_oversized(None), Verdict::Ignore));
     }
 
     #[tokio::test]
