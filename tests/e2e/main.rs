@@ -10,6 +10,7 @@ mod daemon_lifecycle;
 mod daemon_output;
 mod daemon_policy;
 mod daemon_stop;
+mod daemon_until;
 mod packaging;
 mod policy_env;
 mod profile_jobs;
