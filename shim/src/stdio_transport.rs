@@ -1,5 +1,5 @@
 //! The shim's stdio transport: newline-delimited JSON-RPC on stdin/stdout, as rmcp's
-//! `AsyncRwTransport`, plus one promise it does not keep: **a request whose `id` can be read
+//! `AsyncRwTransport`, plus a promise that one does not keep: **a request whose `id` can be read
 //! always gets an answer**.
 //!
 //! rmcp drops a line that serde_json refuses (a lone surrogate escape such as `"\udcff"`,
@@ -13,15 +13,15 @@
 //! - `-32602` (invalid params) when it is a JSON-RPC 2.0 request whose params do not fit;
 //! - `-32600` (invalid request) otherwise.
 //!
-//! Lines without a readable `id` keep rmcp's behaviour: not JSON → ignored (as the official
-//! SDKs do: replying to garbage can start an error storm with a peer that echoes it); a JSON
-//! notification (`method` without `id`) → ignored (JSON-RPC never answers notifications);
-//! other JSON → `-32600` without an `id`. A line longer than [`MAX_LINE`] is never buffered:
-//! it is dropped unread and answered with `-32600` when [`IdScanner`], which follows it in
-//! constant memory, finds a top-level `id` in it (anywhere: first, or last as the TypeScript SDK
-//! writes it).
+//! Lines without a readable `id` keep rmcp's behaviour, but for notifications: not JSON →
+//! ignored (as the official SDKs do: replying to garbage can start an error storm with a peer
+//! that echoes it); a notification (`method` without `id`) that does not decode → ignored
+//! (JSON-RPC never answers notifications; rmcp answered some); other JSON → `-32600` without an
+//! `id`. A line longer than [`MAX_LINE`] is never buffered: it is dropped unread and answered
+//! with `-32600` when [`IdScanner`], which follows it in constant memory, finds a top-level `id`
+//! in it (anywhere: first, or last as the TypeScript SDK writes it).
 //!
-//! Writes: one shared [`Outbox`] behind a mutex, used by rmcp's `send` and by the replies
+//! Writes: one shared `Outbox` behind a (tokio) mutex, used by rmcp's `send` and by the replies
 //! written here, so frames never interleave. A frame is queued whole, under the lock, before
 //! any byte is written, and bytes a cancelled write did not get out stay queued for the next
 //! writer — rmcp polls `receive` inside a `select!`, so any await here can be cancelled.
