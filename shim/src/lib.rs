@@ -13,6 +13,8 @@
 //!   [`jobs`] (the MCP Background Job Server's) and [`shell`] (mcp-shell-server's).
 //! - [`profile`]: picks the profile and builds its tool set — the only place that branches on it.
 //! - [`server`]: answers the MCP protocol (rmcp) through the tool set.
+//! - [`stdio_transport`]: the newline-delimited JSON-RPC framing on stdio that rmcp serves over;
+//!   every request whose `id` can be read gets an answer, even one that does not decode.
 
 pub mod args;
 pub mod context;
@@ -21,5 +23,6 @@ pub mod profile;
 pub mod progress;
 pub mod server;
 pub mod shell;
+pub mod stdio_transport;
 pub mod tool_set;
 pub mod tools;

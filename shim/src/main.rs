@@ -3,6 +3,7 @@
 
 use clap::Parser;
 use mcp_yieldshell::profile::{self, Profile};
+use mcp_yieldshell::stdio_transport::StdioTransport;
 use rmcp::ServiceExt;
 use yieldshell_proto::client::ConnectOptions;
 use yieldshell_proto::session_config::SessionConfig;
@@ -47,8 +48,11 @@ fn main() -> std::process::ExitCode {
         ConnectOptions::from_env(&cli.profile.client_name()),
     );
     let result = runtime.block_on(async move {
+        // rmcp's pipes (non-blocking on Linux) under our framing, which answers every request
+        // whose id it can read (stdio_transport).
+        let (stdin, stdout) = rmcp::transport::stdio_pipes();
         let service = match mcp_yieldshell::server::Handler(tools)
-            .serve(rmcp::transport::stdio_pipes())
+            .serve(StdioTransport::new(stdin, stdout))
             .await
         {
             Ok(s) => s,

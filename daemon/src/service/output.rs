@@ -24,8 +24,16 @@ use crate::process::{ManagedProcess, ProcState};
 const MAX_TAIL_LINES: u32 = 100_000;
 /// Bytes per follow event batch.
 const FOLLOW_BATCH: usize = 256 * 1024;
-/// Longest line kept for `until` matching; longer lines are matched by their first bytes.
+/// Longest line kept whole for `until` matching. A longer line is searched in windows of this
+/// size that overlap by [`MATCH_OVERLAP`], so memory stays bounded whatever the line's length,
+/// and a match anywhere in it is found as long as the matched text is under 32 KiB.
 const MAX_MATCH_LINE: usize = 64 * 1024;
+/// How much of a window the next one searches again.
+const MATCH_OVERLAP: usize = 32 * 1024;
+/// Bytes kept before a window (and a match must end this far from a window's end that is not the
+/// line's end), so look-around — `^`, `$`, `\b` over one UTF-8 character — never takes a window
+/// edge for a line edge.
+const WINDOW_EDGE: usize = 4;
 
 pub(super) async fn read(
     svc: &ControlService,
@@ -226,54 +234,113 @@ pub(super) fn follow(
     Ok(Box::pin(ReceiverStream::new(rx)))
 }
 
-/// Line-by-line matcher over the interleaved log: keeps each stream's unfinished line.
+/// Line-by-line matcher over the interleaved log: keeps each stream's unfinished line (or, in a
+/// line over [`MAX_MATCH_LINE`], its latest window).
 struct LineMatcher {
     re: Regex,
-    partial: [(u64, Vec<u8>); 2],
+    partial: [LineWindow; 2],
+}
+
+/// A stream's unfinished line, or the window of it still to search.
+#[derive(Default)]
+struct LineWindow {
+    /// Where the line starts.
+    seq: u64,
+    /// Some bytes of the line arrived (an empty line counts once its newline does).
+    started: bool,
+    /// `bytes[..context]` come before the window (look-behind context); `bytes[context..]` is the
+    /// window, the whole line while it is under [`MAX_MATCH_LINE`].
+    bytes: Vec<u8>,
+    context: usize,
+}
+
+impl LineWindow {
+    /// The window's text.
+    fn window(&self) -> &[u8] {
+        &self.bytes[self.context..]
+    }
+
+    /// Whether `re` matches in the window. Unless the window ends the line, a match must end
+    /// [`WINDOW_EDGE`] bytes before the window does (`$` or `\b` there would see a false end);
+    /// one nearer the end is searched again in the next window, which overlaps this one.
+    fn matches(&self, re: &Regex, at_line_end: bool) -> bool {
+        // `find_at` lets look-behind see the context bytes, and `^` never matches after 0.
+        re.find_at(&self.bytes, self.context)
+            .is_some_and(|m| at_line_end || m.end() + WINDOW_EDGE <= self.bytes.len())
+    }
+
+    /// Appends part of the line; searches each full window before sliding past it.
+    fn extend(&mut self, re: &Regex, seq: u64, mut piece: &[u8]) -> Option<(u64, Vec<u8>)> {
+        if !self.started {
+            self.started = true;
+            self.seq = seq;
+        }
+        while !piece.is_empty() {
+            let room = (self.context + MAX_MATCH_LINE).saturating_sub(self.bytes.len());
+            if room == 0 {
+                if self.matches(re, false) {
+                    return Some((self.seq, self.window().to_vec()));
+                }
+                // Keep the overlap, plus the context before it.
+                let cut = self.bytes.len() - (MATCH_OVERLAP + WINDOW_EDGE);
+                self.bytes.drain(..cut);
+                self.context = WINDOW_EDGE;
+                continue;
+            }
+            let take = room.min(piece.len());
+            self.bytes.extend_from_slice(&piece[..take]);
+            piece = &piece[take..];
+        }
+        None
+    }
+
+    /// Ends the line at a newline: the last window is searched with the line's true end.
+    fn finish(&mut self, re: &Regex) -> Option<(u64, Vec<u8>)> {
+        let found = self
+            .matches(re, true)
+            .then(|| (self.seq, self.window().to_vec()));
+        self.bytes.clear();
+        self.context = 0;
+        self.started = false;
+        found
+    }
 }
 
 impl LineMatcher {
     fn new(re: Regex) -> LineMatcher {
         LineMatcher {
             re,
-            partial: [(0, Vec::new()), (0, Vec::new())],
+            partial: [LineWindow::default(), LineWindow::default()],
         }
     }
 
-    /// Feeds a run; returns the first complete line that matches (and its start seq).
+    /// Feeds a run; returns the first line that matches (its start seq, and the line — or, for a
+    /// line over [`MAX_MATCH_LINE`], the window the match is in).
     fn feed(&mut self, seq: u64, stream: Stream, data: &[u8]) -> Option<(u64, Vec<u8>)> {
-        let slot = &mut self.partial[usize::from(stream == Stream::Stderr)];
+        let line = &mut self.partial[usize::from(stream == Stream::Stderr)];
         let mut start = 0;
         for nl in memchr::memchr_iter(b'\n', data) {
-            if slot.1.is_empty() {
-                slot.0 = seq + start as u64;
+            // (An empty line starts at its newline: `extend` notes the start even of nothing.)
+            let found = line
+                .extend(&self.re, seq + start as u64, &data[start..nl])
+                .or_else(|| line.finish(&self.re));
+            if found.is_some() {
+                return found;
             }
-            let piece = &data[start..nl];
-            let room = MAX_MATCH_LINE.saturating_sub(slot.1.len());
-            slot.1.extend_from_slice(&piece[..piece.len().min(room)]);
-            let line = std::mem::take(&mut slot.1);
             start = nl + 1;
-            if self.re.is_match(&line) {
-                return Some((slot.0, line));
-            }
         }
         if start < data.len() {
-            if slot.1.is_empty() {
-                slot.0 = seq + start as u64;
-            }
-            let piece = &data[start..];
-            let room = MAX_MATCH_LINE.saturating_sub(slot.1.len());
-            slot.1.extend_from_slice(&piece[..piece.len().min(room)]);
+            return line.extend(&self.re, seq + start as u64, &data[start..]);
         }
         None
     }
 
-    /// Checks the unfinished lines (a prompt without a newline, say).
+    /// Checks the unfinished lines (a prompt without a newline, say) as if they ended here.
     fn check_partial(&self) -> Option<(u64, Vec<u8>)> {
         self.partial
             .iter()
-            .find(|(_, l)| !l.is_empty() && self.re.is_match(l))
-            .map(|(s, l)| (*s, l.clone()))
+            .find(|l| !l.window().is_empty() && l.matches(&self.re, true))
+            .map(|l| (l.seq, l.window().to_vec()))
     }
 }
 
@@ -416,5 +483,64 @@ mod tests {
         let mut m = LineMatcher::new(Regex::new("^>>> $").expect("re"));
         assert!(m.feed(1, Stream::Stdout, b"Python\n>>> ").is_none());
         assert_eq!(m.check_partial().map(|(_, l)| l), Some(b">>> ".to_vec()));
+    }
+
+    /// Feeds `line` in odd-sized runs; returns what matched.
+    fn feed_in_runs(m: &mut LineMatcher, line: &[u8]) -> Option<(u64, Vec<u8>)> {
+        let mut seq = 1;
+        for run in line.chunks(7_919) {
+            if let Some(found) = m.feed(seq, Stream::Stdout, run) {
+                return Some(found);
+            }
+            seq += run.len() as u64;
+        }
+        None
+    }
+
+    #[test]
+    fn a_match_anywhere_in_a_line_of_any_length_is_found_in_bounded_memory() {
+        let ready = Regex::new("READY").expect("re");
+        for at in [10, 64 * 1024 - 3, 64 * 1024 + 1, 100_000, 3 * 1024 * 1024] {
+            let mut line = vec![b'x'; 4 * 1024 * 1024];
+            line[at..at + 5].copy_from_slice(b"READY");
+            line.push(b'\n');
+            let mut m = LineMatcher::new(ready.clone());
+            let (seq, window) = feed_in_runs(&mut m, &line).unwrap_or_else(|| panic!("at {at}"));
+            assert_eq!(seq, 1, "the line's start");
+            assert!(window.len() <= MAX_MATCH_LINE, "at {at}");
+            assert!(window.windows(5).any(|w| w == b"READY"), "at {at}");
+        }
+        // Memory: one window per stream, however long the line.
+        let mut m = LineMatcher::new(Regex::new("never").expect("re"));
+        assert!(feed_in_runs(&mut m, &vec![b'x'; 2 * 1024 * 1024]).is_none());
+        assert!(m.partial[0].bytes.len() <= MAX_MATCH_LINE + WINDOW_EDGE);
+    }
+
+    #[test]
+    fn window_edges_in_a_long_line_are_not_line_edges() {
+        // Window edges fall inside the run of x: none of them may pass for the line's start or
+        // end, nor for a word boundary.
+        let long = vec![b'x'; 300 * 1024];
+        let line = [b"a", &long[..], b"z\n"].concat();
+        for (pattern, expected) in [
+            ("^x", false),
+            ("^ax", true),
+            ("x$", false),
+            ("xz$", true),
+            (r"\bx", false),
+            (r"x\b", false),
+            (r"z\b", true),
+            (r"\Bx\B", true),
+        ] {
+            let mut m = LineMatcher::new(Regex::new(pattern).expect("re"));
+            assert_eq!(feed_in_runs(&mut m, &line).is_some(), expected, "{pattern}");
+        }
+        // A match longer than the overlap is not guaranteed, one shorter than it is.
+        let mut spread = vec![b'x'; 300 * 1024];
+        spread[100_000] = b'a';
+        spread[100_000 + 20_000] = b'b';
+        spread.push(b'\n');
+        let mut m = LineMatcher::new(Regex::new("a[x]*b").expect("re"));
+        assert!(feed_in_runs(&mut m, &spread).is_some());
     }
 }
