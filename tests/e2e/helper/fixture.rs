@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use yieldshell_proto::client::{ConnectOptions, Session};
+use yieldshell_proto::deadlines::Deadlines;
 use yieldshell_proto::pb;
 use yieldshell_proto::session_config::SessionConfig;
 
@@ -189,6 +190,11 @@ impl TestDaemon {
             daemon_bin: Some(bin("yieldshelld")),
             client_name: "e2e".into(),
             start_timeout: TIMEOUT,
+            // The helper's generic `Session::call`s carry long polls of up to TIMEOUT.
+            deadlines: Deadlines {
+                rpc: 2 * TIMEOUT,
+                ..Deadlines::default()
+            },
         }
     }
 
