@@ -85,7 +85,15 @@ async fn a_stopped_daemon_makes_every_client_fail_within_its_deadline_naming_the
         yieldctl(&["daemon", "status"]),
     ];
     let (yieldctl_runs, fresh_shim, connected_call) = tokio::join!(
-        tokio::task::spawn_blocking(move || runs.map(|mut c| run_within(&mut c, fresh_bound).0)),
+        tokio::task::spawn_blocking(move || runs.map(|mut c| {
+            let (out, took) = run_within(&mut c, fresh_bound);
+            eprintln!(
+                "yieldctl {:?}: exit {:?} after {took:?}",
+                c.get_args().collect::<Vec<_>>(),
+                out.status.code()
+            );
+            out
+        })),
         async {
             let started = Instant::now();
             tokio::time::timeout(2 * fresh_bound, async {
@@ -177,6 +185,7 @@ async fn daemon_stop_returns_only_once_the_daemon_has_exited() {
 
     let (stop, took) = run_within(yieldctl().args(["daemon", "stop"]), TIMEOUT);
     assert!(stop.status.success(), "{}", stderr_of(&stop));
+    eprintln!("`daemon stop` returned after {took:?}");
     assert!(
         took >= Duration::from_secs(3),
         "`daemon stop` returned after {took:?}, before the 3 s grace was over"
