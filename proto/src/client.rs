@@ -187,12 +187,15 @@ impl ConnectOptions {
 
     /// The error for a daemon that did not answer `what` within `waited`, naming its pid.
     pub fn unresponsive(&self, what: &str, waited: Duration) -> ClientError {
-        let state_dir = self.effective_state_dir().unwrap_or_default();
+        let state_dir = self.effective_state_dir();
         ClientError::Unresponsive {
             what: what.to_string(),
             waited,
-            pid: instance_lock::recorded_pid(&state_dir),
-            lock_file: instance_lock::lock_path(&state_dir),
+            pid: state_dir.as_deref().and_then(instance_lock::recorded_pid),
+            lock_file: state_dir.map_or_else(
+                || PathBuf::from(instance_lock::LOCK_FILE_NAME),
+                |dir| instance_lock::lock_path(&dir),
+            ),
             socket: self.socket.clone(),
         }
     }
@@ -857,5 +860,33 @@ mod tests {
         assert!(!inherited_by_daemon("GITHUB_TOKEN"));
         assert!(!inherited_by_daemon("YIELDSHELL_ALLOWED_CWDS"));
         assert!(!inherited_by_daemon("AWS_SECRET_ACCESS_KEY"));
+    }
+
+    #[test]
+    fn an_unresponsive_daemon_is_named_with_what_to_do() {
+        let error = |pid| ClientError::Unresponsive {
+            what: "List".into(),
+            waited: Duration::from_secs(20),
+            pid,
+            lock_file: PathBuf::from("state/yieldshelld.lock"),
+            socket: PathBuf::from("run/d.sock"),
+        };
+        let known = error(Some(4242));
+        assert_eq!(known.kind(), ErrorKind::DaemonUnavailable);
+        let text = known.to_string();
+        for part in [
+            "yieldshelld (pid 4242) did not answer List within 20s on run/d.sock",
+            "yieldctl daemon status",
+            "kill -CONT 4242",
+            "yieldctl daemon start",
+        ] {
+            assert!(text.contains(part), "{part:?} missing from: {text}");
+        }
+        let unknown = error(None).to_string();
+        assert!(
+            unknown.contains("pid unknown: state/yieldshelld.lock names none")
+                && unknown.contains("kill -CONT <pid>"),
+            "{unknown}"
+        );
     }
 }
