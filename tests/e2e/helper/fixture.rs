@@ -190,9 +190,12 @@ impl TestDaemon {
             daemon_bin: Some(bin("yieldshelld")),
             client_name: "e2e".into(),
             start_timeout: TIMEOUT,
-            // The helper's generic `Session::call`s carry long polls of up to TIMEOUT.
+            // The helper's generic `Session::call`s carry long polls of up to TIMEOUT and huge
+            // requests a debug daemon takes a minute over (B4's 100k variables): a deadline
+            // that only ends a hang. The client deadlines themselves are tested with the real
+            // binaries' defaults.
             deadlines: Deadlines {
-                rpc: 2 * TIMEOUT,
+                rpc: 10 * TIMEOUT,
                 ..Deadlines::default()
             },
         }
