@@ -4,6 +4,7 @@ use clap::Args;
 use yieldshell_proto::client::ClientError;
 use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::pb;
+use yieldshell_proto::session_config::DEFAULT_CLEANUP_OLDER_THAN_MS;
 use yieldshell_proto::views::{self, CleanupView, ProcessSummary, PsView, StopView, WriteView};
 
 use crate::{Ctx, exit, render, style};
@@ -209,10 +210,10 @@ pub async fn write(ctx: &Ctx, a: WriteArgs) -> anyhow::Result<u8> {
 #[derive(Debug, Args)]
 pub struct CleanupArgs {
     /// Remove completed processes that ended longer ago than this.
-    #[arg(long, value_name = "MS", default_value_t = 3_600_000)]
+    #[arg(long, value_name = "MS", default_value_t = DEFAULT_CLEANUP_OLDER_THAN_MS)]
     completed_older_than_ms: u64,
     /// Remove stopped, timed-out, failed and lost processes that ended longer ago than this.
-    #[arg(long, value_name = "MS", default_value_t = 3_600_000)]
+    #[arg(long, value_name = "MS", default_value_t = DEFAULT_CLEANUP_OLDER_THAN_MS)]
     stopped_older_than_ms: u64,
     /// Act on every process, not only this project's.
     #[arg(long)]

@@ -44,11 +44,10 @@ pub fn actor_should_panic(command: &[u8]) -> bool {
     injected("actor_panic", command)
 }
 
-/// Pauses the (synchronous) start of `command` under `spawn_delay` fault injection.
+/// Pauses the start of `command` under `spawn_delay` fault injection. The start runs on a
+/// blocking thread, so the delay holds up this exec alone, as a slow spawn would.
 pub fn delay_spawn(command: &[u8]) {
     if injected("spawn_delay", command) {
-        // block_in_place hands this worker's other tasks to another thread first: the delay
-        // holds up this exec (and the spawn lock), as a slow spawn would, not the whole runtime.
-        tokio::task::block_in_place(|| std::thread::sleep(SPAWN_DELAY));
+        std::thread::sleep(SPAWN_DELAY);
     }
 }

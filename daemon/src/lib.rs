@@ -6,13 +6,20 @@
 //! - [`output`]: the per-process output log (ring + spool);
 //! - [`policy`]: per-session rules and secret redaction;
 //! - [`service`]: the gRPC handlers; [`listener`]: socket, activation, peer check;
-//! - [`session`], [`registry`], [`record`], [`recovery`], [`lock`], [`config`], [`heap`].
+//! - [`state`]: the [`Daemon`] state every handler and task shares, and retention;
+//! - [`error`]: the one error type (a kind and a message), and [`status`]: the typed words of
+//!   a process's end;
+//! - [`session`], [`registry`], [`limits`], [`record`], [`recovery`], [`lock`], [`config`],
+//!   [`heap`], [`faults`] (test-only fault injection, inert unless the daemon's own environment
+//!   asks for it).
 //!
 //! `docs/ARCHITECTURE.md` describes the ownership rules these modules follow.
 
 pub mod config;
+pub mod error;
 pub mod faults;
 pub mod heap;
+pub mod limits;
 pub mod listener;
 pub mod lock;
 pub mod output;
@@ -23,6 +30,8 @@ pub mod recovery;
 pub mod registry;
 pub mod service;
 pub mod session;
+pub mod state;
+pub mod status;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -39,123 +48,11 @@ use crate::process::reaper::{self, Reaper};
 use crate::record::RecordStore;
 use crate::registry::Registry;
 use crate::session::Sessions;
+pub use crate::state::Daemon;
+use crate::state::RETENTION_TICK;
 
 /// Largest request the daemon decodes (a command line, a stdin write, an environment).
 pub const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
-
-/// State shared by every handler and task.
-#[derive(Debug)]
-pub struct Daemon {
-    /// Paths and limits.
-    pub config: DaemonConfig,
-    /// The only reaper.
-    pub reaper: Arc<Reaper>,
-    /// Every known process.
-    pub registry: Registry,
-    /// Running processes per session (O(1) limit checks).
-    pub running: Arc<registry::RunningCounts>,
-    /// Open client sessions.
-    pub sessions: Sessions,
-    /// Persisted records and spools.
-    pub store: RecordStore,
-    /// Cancelled on shutdown.
-    pub shutdown: CancellationToken,
-    /// Wall-clock start.
-    pub started_at: SystemTime,
-    /// Monotonic start.
-    pub started: Instant,
-    /// Where the daemon log goes.
-    pub log_dir: PathBuf,
-    /// Serialises limit checks with registration (see `service::exec`).
-    pub spawn_lock: Mutex<()>,
-    actors: Mutex<Vec<JoinHandle<()>>>,
-}
-
-impl Daemon {
-    /// Keeps an actor's handle so shutdown can wait for it, behind a watchdog: an actor that
-    /// panics (a bug) must not leave its process unsupervised (STYLE §7.2 rule 7), so the
-    /// watchdog kills the tree and marks the process `lost` (`supervisor_panic`).
-    pub fn track_actor(&self, proc: Arc<process::ManagedProcess>, handle: JoinHandle<()>) {
-        let store = self.store.clone();
-        let watchdog = tokio::spawn(async move {
-            let Err(e) = handle.await else {
-                return;
-            };
-            if !e.is_panic() {
-                return;
-            }
-            tracing::error!(process_id = %proc.id, "the process's supervisor panicked; killing its tree");
-            let groups = proc.state().identity.map(|i| i.pid).into_iter().collect();
-            let ids = [proc.id.clone()];
-            let _ = tokio::task::spawn_blocking(move || {
-                process::tree::stop_all(&groups, &ids, Duration::ZERO);
-            })
-            .await;
-            proc.mark_supervisor_lost();
-            store.save(&proc.record());
-        });
-        let mut actors = self.actors.lock().unwrap_or_else(|e| e.into_inner());
-        actors.retain(|h| !h.is_finished());
-        actors.push(watchdog);
-    }
-
-    /// Removes a process's record, spool and registry entry.
-    pub fn forget(&self, id: &str) {
-        self.registry.remove(id);
-        self.store.remove(id);
-    }
-
-    fn take_actors(&self) -> Vec<JoinHandle<()>> {
-        std::mem::take(&mut *self.actors.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// Forgets idle sessions, releases the memory of cold ended processes (their output is
-    /// then read from the spool), and removes the oldest ended records beyond the configured
-    /// number. Runs every [`RETENTION_TICK`], so neither memory nor disk grows with a burst of
-    /// ended processes for longer than that (RELIABILITY, issue 16 item 7).
-    fn apply_retention(&self) {
-        self.sessions.expire_idle();
-        let keep = self.config.file.max_ended_records();
-        let now = std::time::SystemTime::now();
-        let mut released = false;
-        let mut ended: Vec<_> = self
-            .registry
-            .all()
-            .into_iter()
-            .filter_map(|p| {
-                let s = p.state();
-                let ended = s.settled && s.descendants == 0 && s.status != process::Status::Running;
-                let ended_at = s.ended_at.unwrap_or(p.started_at);
-                (ended && p.output.end().closed).then_some((p, ended_at))
-            })
-            .collect();
-        for (p, ended_at) in &ended {
-            if now.duration_since(*ended_at).unwrap_or_default() >= COLD_AFTER {
-                released |= p.output.release_memory();
-            }
-        }
-        if ended.len() > keep {
-            ended.sort_by_key(|(_, ended_at)| *ended_at);
-            let excess = ended.len() - keep;
-            for (p, _) in ended.into_iter().take(excess) {
-                self.forget(&p.id);
-            }
-            released = true;
-        }
-        if released {
-            // Give the freed rings and records back to the OS once this burst is over.
-            heap::note_activity();
-        }
-    }
-}
-
-/// How often retention runs: bounds how long a burst of ended processes holds memory and disk
-/// beyond the limits (a scan of the registry; ~1 ms for thousands of records).
-const RETENTION_TICK: Duration = Duration::from_secs(1);
-
-/// How long an ended process keeps its whole ring in memory: reads right after the end (the
-/// agent's `read`/`wait`, `yieldctl read`) stay memory-fast, older ones read the spool.
-const COLD_AFTER: Duration = Duration::from_secs(10);
 
 /// Tells systemd (Type=notify) that the daemon is ready, when it runs under systemd.
 fn notify_systemd_ready() {
@@ -199,7 +96,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
         config: config.clone(),
         reaper,
         registry: Registry::default(),
-        running: Arc::new(registry::RunningCounts::default()),
+        running: Arc::new(limits::RunningCounts::default()),
         sessions: Sessions::default(),
         store,
         shutdown: CancellationToken::new(),
@@ -207,6 +104,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
         started: Instant::now(),
         log_dir,
         spawn_lock: Mutex::new(()),
+        starts_in_flight: std::sync::atomic::AtomicUsize::new(0),
         actors: Mutex::new(Vec::new()),
     });
     let lost = recovery::recover(&daemon);
@@ -267,6 +165,18 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
     };
     daemon.shutdown.cancel();
     tracing::info!("shutting down: stopping managed processes");
+    // An `exec` past its limit check before the cancel is counted under the spawn lock; one
+    // after it refuses. Wait for the counted ones to register, so the sweep sees them.
+    drop(daemon.spawn_lock.lock().unwrap_or_else(|e| e.into_inner()));
+    let starts_deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while daemon
+        .starts_in_flight
+        .load(std::sync::atomic::Ordering::Acquire)
+        > 0
+        && tokio::time::Instant::now() < starts_deadline
+    {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     let timing = config.file.timing();
     let sweep = |grace: Duration| {
         let d = daemon.clone();
@@ -277,7 +187,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
                 let s = p.state();
                 if !s.settled || s.descendants > 0 || s.status == process::Status::Running {
                     groups.extend(s.identity.map(|i| i.pid));
-                    ids.push(p.id.clone());
+                    ids.push(p.facts.id.clone());
                 }
             }
             if ids.is_empty() {

@@ -21,6 +21,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::status::{EndedBy, LostReason, RecordStatus};
+
 /// Current record format.
 pub const RECORD_FORMAT: u32 = 1;
 
@@ -77,7 +79,7 @@ pub struct ProcessRecord {
     /// Resolved working directory.
     pub cwd: RecordBytes,
     /// `starting`, `running`, `completed`, `stopped`, `timed_out`, `failed` or `lost`.
-    pub status: String,
+    pub status: RecordStatus,
     /// Shell pid once spawned.
     pub pid: Option<i32>,
     /// Shell start time (clock ticks after boot) for identity checks.
@@ -93,9 +95,9 @@ pub struct ProcessRecord {
     /// Run time once ended.
     pub duration_ms: Option<u64>,
     /// What ended it (`stop`, `timeout`, `daemon_shutdown`).
-    pub ended_by: Option<String>,
+    pub ended_by: Option<EndedBy>,
     /// Why it was lost.
-    pub lost_reason: Option<String>,
+    pub lost_reason: Option<LostReason>,
 }
 
 /// A queued job for the writer thread.
@@ -317,7 +319,7 @@ mod tests {
             name: String::new(),
             command: RecordBytes::from_bytes(b"echo \xff"),
             cwd: RecordBytes::from_bytes(b"/tmp"),
-            status: "running".into(),
+            status: RecordStatus::Running,
             pid: Some(42),
             start_time: Some(7),
             exit_code: None,

@@ -15,7 +15,7 @@ use crate::Daemon;
 use crate::output::OutputLog;
 use crate::process::reaper::ExitHow;
 use crate::process::tree::{self, Identity};
-use crate::process::{ManagedProcess, ProcState, Status};
+use crate::process::{LostReason, ManagedProcess, ProcState, RecordStatus, Status};
 use crate::record::ProcessRecord;
 
 /// Ring size for restored processes (the seed default; sessions cannot be consulted any more).
@@ -41,15 +41,15 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
         let mut state = restored_state(&record);
         if state.status == Status::Running {
             let (reason, pgid) = classify(&record);
-            tracing::warn!(process_id = %record.process_id, reason, "process left running by a previous daemon; stopping it");
+            tracing::warn!(process_id = %record.process_id, reason = reason.as_str(), "process left running by a previous daemon; stopping it");
             state.status = Status::Lost;
-            state.lost_reason = Some(reason.to_string());
+            state.lost_reason = Some(reason);
             state.ended_at = Some(SystemTime::now());
             state.duration = SystemTime::now()
                 .duration_since(from_unix_ms(record.started_at_ms))
                 .ok();
-            record.status = Status::Lost.as_str().to_string();
-            record.lost_reason = state.lost_reason.clone();
+            record.status = RecordStatus::Lost;
+            record.lost_reason = state.lost_reason;
             record.ended_at_ms = state.ended_at.map(crate::process::unix_ms);
             record.duration_ms = state
                 .duration
@@ -85,7 +85,7 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
             name: String::new(),
             command: crate::record::RecordBytes::Text(String::new()),
             cwd: crate::record::RecordBytes::Text(String::new()),
-            status: Status::Lost.as_str().to_string(),
+            status: RecordStatus::Lost,
             pid: None,
             start_time: None,
             exit_code: None,
@@ -94,7 +94,7 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
             ended_at_ms: Some(crate::process::unix_ms(SystemTime::now())),
             duration_ms: None,
             ended_by: None,
-            lost_reason: Some("record_missing".into()),
+            lost_reason: Some(LostReason::RecordMissing),
         };
         tracing::warn!(process_id = %id, "process directory without a record; stopping whatever carries its marker");
         if let Err(e) = daemon.store.save_now(&record) {
@@ -117,7 +117,7 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
 }
 
 fn restored_state(r: &ProcessRecord) -> ProcState {
-    let status = Status::parse(&r.status).unwrap_or(Status::Lost);
+    let status = r.status.status();
     ProcState {
         status,
         identity: r.pid.map(|pid| Identity {
@@ -133,23 +133,23 @@ fn restored_state(r: &ProcessRecord) -> ProcState {
         duration: r.duration_ms.map(Duration::from_millis),
         settled: true,
         descendants: 0,
-        ended_by: r.ended_by.clone(),
-        lost_reason: r.lost_reason.clone(),
+        ended_by: r.ended_by,
+        lost_reason: r.lost_reason,
     }
 }
 
 /// Why a leftover is lost, and the process group that may be signalled (only when the recorded
 /// shell is verifiably the same process).
-fn classify(r: &ProcessRecord) -> (&'static str, Option<i32>) {
+fn classify(r: &ProcessRecord) -> (LostReason, Option<i32>) {
     let Some(pid) = r.pid else {
-        return ("daemon_crash", None);
+        return (LostReason::DaemonCrash, None);
     };
     match tree::identify(pid) {
         Some(now) if r.start_time.is_some_and(|t| t == now.start_time) => {
-            ("daemon_crash", Some(pid))
+            (LostReason::DaemonCrash, Some(pid))
         }
-        Some(_) => ("identity_mismatch", None),
-        None => ("daemon_crash", None),
+        Some(_) => (LostReason::IdentityMismatch, None),
+        None => (LostReason::DaemonCrash, None),
     }
 }
 

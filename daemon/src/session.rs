@@ -15,6 +15,7 @@ use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::pb;
 use yieldshell_proto::session_config::{bytes_os, os_bytes};
 
+use crate::error::Error;
 use crate::policy::redact::Redactor;
 use crate::policy::{Policy, PolicyFloor};
 
@@ -91,8 +92,8 @@ impl Sessions {
         &self,
         req: pb::OpenSessionRequest,
         floor: &PolicyFloor,
-    ) -> Result<Arc<Session>, (ErrorKind, String)> {
-        let invalid = |m: String| (ErrorKind::InvalidArgument, m);
+    ) -> Result<Arc<Session>, Error> {
+        let invalid = |m: String| Error::new(ErrorKind::InvalidArgument, m);
         if req.session_id.is_empty() || req.session_id.len() > MAX_SESSION_ID {
             return Err(invalid(format!(
                 "session_id must be 1..={MAX_SESSION_ID} characters"

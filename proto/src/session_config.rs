@@ -47,6 +47,8 @@ pub const DEFAULT_MAX_PROCESSES: u32 = 50;
 pub const DEFAULT_YIELD_MS: u64 = 5_000;
 /// Seed default of `YIELDSHELL_MAX_YIELD_MS`.
 pub const DEFAULT_MAX_YIELD_MS: u64 = 300_000;
+/// Seed default of `cleanup`'s `completed_older_than_ms` and `stopped_older_than_ms` (1 h).
+pub const DEFAULT_CLEANUP_OLDER_THAN_MS: u64 = 3_600_000;
 /// Seed default of `YIELDSHELL_DEFAULT_TIMEOUT_MS` (no limit).
 pub const DEFAULT_TIMEOUT_MS: u64 = 0;
 /// Seed default of `YIELDSHELL_REDACT_ENV_REGEX`.

@@ -137,3 +137,47 @@ async fn a_graceful_process_gets_sigterm_once_however_long_it_takes() {
     assert_eq!(text.matches("term ").count(), 1, "{text}");
     assert!(text.contains("done 1"), "{text}");
 }
+
+/// Issue 16 item 4: a descendant that moved to a process group of its own (still in the shell's
+/// session) gets the graceful SIGTERM like any other member — while the shell runs, and after it
+/// exited — instead of only the SIGKILL after the grace, or nothing at all: after the shell
+/// exited, `stop` used to answer `process_exited` and leave it running.
+#[tokio::test]
+async fn a_descendant_in_its_own_process_group_gets_sigterm_in_both_states() {
+    let d = TestDaemon::start().await;
+    let c = d.session();
+    let tb = testbin();
+    for (state, line) in [
+        ("shell running", "{tb} setpgid-trap-term {log} 600 & wait"),
+        (
+            "shell exited",
+            "{tb} setpgid-trap-term {log} 600 & echo started; exit 0",
+        ),
+    ] {
+        let log = d
+            .dir
+            .path()
+            .join(format!("term-{}.log", state.replace(' ', "-")));
+        let line = line
+            .replace("{tb}", &tb)
+            .replace("{log}", &log.display().to_string());
+        let id = c.spawn_bg(&line).await;
+        let moved = c.ready_pids(&id, 1).await[0];
+        if state == "shell exited" {
+            crate::helper::eventually("the shell to exit, leaving its descendant", || async {
+                let p = c.read_since(&id, 1, 1).await.process.expect("process");
+                (p.status == pb::ProcessStatus::Completed as i32 && p.descendants_running == 1)
+                    .then_some(())
+            })
+            .await;
+        }
+        let r = c.stop(&id, "TERM", 1_000).await.expect("stop");
+        assert!(r.stopped, "{state}: {r:?}");
+        assert!(!moved.alive(), "{state}: the descendant outlived the stop");
+        assert_eq!(
+            std::fs::read_to_string(&log).unwrap_or_default(),
+            "TERM\n",
+            "{state}: the descendant got SIGTERM exactly once before SIGKILL"
+        );
+    }
+}

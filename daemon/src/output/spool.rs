@@ -139,6 +139,12 @@ impl SpoolBuffer {
         self.oldest_at = self.oldest_at.map(|t| t - by);
     }
 
+    /// Gives back the buffer's memory once the log is complete (it can take no more bytes).
+    pub fn release(&mut self) {
+        self.pending = Vec::new();
+        self.pending_index = Vec::new();
+    }
+
     /// Whether the spool gave up for good.
     pub fn disabled(&self) -> bool {
         self.disabled
@@ -298,8 +304,22 @@ impl SpoolFiles {
                 .as_ref()
                 .ok_or_else(|| io::Error::other("no index file"))?;
             write_at(file, &index, self.index_len)?;
-            self.index_len += index.len() as u64;
         }
+        let index_before = self.index_len;
+        self.index_len += index.len() as u64;
+        if let Err(e) = self.write_data(batch) {
+            // The batch's index records must not outlive its bytes: the next gap record goes
+            // where they were, and the file is cut there, so no stale switch can follow it.
+            self.index_len = index_before;
+            if let Some(file) = self.streams.as_ref() {
+                let _ = file.set_len(index_before);
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn write_data(&mut self, batch: &Batch) -> io::Result<()> {
         let mut pos = batch.start;
         let mut rest = &batch.data[..];
         while !rest.is_empty() {
@@ -344,6 +364,12 @@ impl SpoolFiles {
     #[cfg(test)]
     pub fn mark_missing_for_test(&mut self, from: u64) {
         self.missing_from.get_or_insert(from);
+    }
+
+    /// Where bytes began to go missing, while no write has succeeded since (the gap is not in
+    /// the index yet).
+    pub fn missing_from(&self) -> Option<u64> {
+        self.missing_from
     }
 
     /// Sequence number of the oldest byte the files may hold.
@@ -393,10 +419,15 @@ impl SpoolReader {
                     None => continue,
                 },
             };
-            // A record is written once per switch, in order; a later record at the same
-            // position (the stream again after a gap record) replaces nothing but must sort
-            // after it, which a stable push keeps.
-            if switches.last().is_some_and(|(s, _)| *s > seq) {
+            // Records are written in order, a gap record and the stream that resumes after it
+            // at their own positions. Should switches of bytes that never reached the disk
+            // precede a gap record that starts before them (a crash between the index write
+            // and the data write), the gap wins: those switches describe missing bytes.
+            if stream.is_none() {
+                while switches.last().is_some_and(|(s, _)| *s >= seq) {
+                    switches.pop();
+                }
+            } else if switches.last().is_some_and(|(s, _)| *s > seq) {
                 continue;
             }
             switches.push((seq, stream));
@@ -679,5 +710,57 @@ mod tests {
             ]
         );
         assert_eq!(r.read(6, 100).expect("read")[0], SpoolPiece::Missing(6, 9));
+    }
+
+    /// A batch whose switch records reached the index but whose bytes did not: the gap record
+    /// written later starts before those records, and they must not describe missing bytes as
+    /// data (found in review).
+    #[test]
+    fn switches_of_a_failed_batch_never_describe_its_missing_bytes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut b, mut f) = spool(dir.path(), 1 << 30);
+        let seg = usize::try_from(SEGMENT_BYTES).expect("segment size");
+        b.append(Stream::Stdout, &vec![b'a'; seg]);
+        flush(&mut b, &mut f);
+        std::fs::create_dir(segment_path(dir.path(), 1)).expect("mkdir");
+        b.append(Stream::Stdout, b"xxxxx");
+        b.append(Stream::Stderr, b"yyyyy");
+        flush(&mut b, &mut f);
+        assert!(f.failing.is_some());
+        std::fs::remove_dir(segment_path(dir.path(), 1)).expect("rmdir");
+        b.append(Stream::Stderr, b"after");
+        flush(&mut b, &mut f);
+        let s = SEGMENT_BYTES;
+        let r = SpoolReader::open(dir.path()).expect("open");
+        assert_eq!(
+            r.read(s + 1, 100).expect("read"),
+            vec![
+                SpoolPiece::Missing(s + 1, s + 11),
+                run(s + 11, Stream::Stderr, b"after"),
+            ]
+        );
+    }
+
+    /// An index left by a crash between the index write and the data write: the gap record that
+    /// follows starts before the stale switch, and the stale switch is dropped.
+    #[test]
+    fn a_gap_record_overrides_stale_switches_after_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut index = Vec::new();
+        for (seq, byte) in [(1u64, 1u8), (10, 2), (5, MISSING), (20, 2)] {
+            index.extend_from_slice(&seq.to_le_bytes());
+            index.push(byte);
+        }
+        std::fs::write(dir.path().join("streams"), &index).expect("index");
+        std::fs::write(segment_path(dir.path(), 0), vec![b'z'; 24]).expect("segment");
+        let r = SpoolReader::open(dir.path()).expect("open");
+        assert_eq!(
+            r.read(1, 100).expect("read"),
+            vec![
+                run(1, Stream::Stdout, b"zzzz"),
+                SpoolPiece::Missing(5, 20),
+                run(20, Stream::Stderr, b"zzzzz"),
+            ]
+        );
     }
 }

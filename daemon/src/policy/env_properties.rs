@@ -54,28 +54,7 @@ fn policy() -> Policy {
 /// The issue's variables, the irregular names, members of the families and names with a
 /// refused word, in upper or lower case.
 fn risky_name() -> impl Strategy<Value = String> {
-    let issue = prop::sample::select(vec![
-        "PATH",
-        "LD_PRELOAD",
-        "LD_LIBRARY_PATH",
-        "LD_AUDIT",
-        "BASH_ENV",
-        "ENV",
-        "SHELLOPTS",
-        "BASHOPTS",
-        "IFS",
-        "PS4",
-        "PROMPT_COMMAND",
-        "GCONV_PATH",
-        "PYTHONPATH",
-        "PYTHONSTARTUP",
-        "PERL5LIB",
-        "PERL5OPT",
-        "RUBYOPT",
-        "NODE_OPTIONS",
-        "GIT_EXEC_PATH",
-    ])
-    .prop_map(str::to_string);
+    let issue = prop::sample::select(super::risky_env::KNOWN_RISKY).prop_map(str::to_string);
     let irregular = prop::sample::select(NAMES).prop_map(str::to_string);
     let family = (prop::sample::select(FAMILIES), "[A-Z0-9]{0,8}")
         .prop_map(|(prefix, rest)| format!("{prefix}{rest}"))

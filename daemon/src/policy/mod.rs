@@ -18,23 +18,8 @@ use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::pb;
 use yieldshell_proto::session_config::{self as sc, SIDE_EFFECTS};
 
-/// Why a request was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    /// Machine-readable kind.
-    pub kind: ErrorKind,
-    /// Message naming the rule.
-    pub message: String,
-}
-
-impl Refusal {
-    fn new(kind: ErrorKind, message: impl Into<String>) -> Refusal {
-        Refusal {
-            kind,
-            message: message.into(),
-        }
-    }
-}
+/// Why a request was refused: the daemon's one error type, under the name the policy speaks.
+pub use crate::error::Error as Refusal;
 
 /// Daemon-wide minimums from the config file.
 #[derive(Debug, Clone, Default, serde::Deserialize)]

@@ -88,8 +88,8 @@ pub struct ActorContext {
 
 /// Starts the readers, the stdin writer and the actor for a spawned process.
 pub fn launch(
-    facts: ProcessFacts,
-    running_slot: crate::registry::RunningSlot,
+    facts: Arc<ProcessFacts>,
+    running_slot: crate::limits::RunningSlot,
     spawned: Spawned,
     output: Arc<OutputLog>,
     redactor: Option<Arc<Redactor>>,
@@ -137,11 +137,11 @@ pub fn launch(
 
 /// The shared handle of a process just spawned, and the receiving ends of its channels.
 fn managed(
-    facts: ProcessFacts,
+    facts: Arc<ProcessFacts>,
     identity: Identity,
     started: std::time::Instant,
     output: Arc<OutputLog>,
-    running_slot: crate::registry::RunningSlot,
+    running_slot: crate::limits::RunningSlot,
 ) -> (
     Arc<ManagedProcess>,
     mpsc::Receiver<Control>,
@@ -151,12 +151,7 @@ fn managed(
     let (stdin_tx, stdin_rx) = mpsc::channel(16);
     let (state, _) = watch::channel(ProcState::running(identity));
     let proc = Arc::new(ManagedProcess {
-        id: facts.id,
-        session_id: facts.session_id,
-        name: facts.name,
-        command: facts.command,
-        cwd: facts.cwd,
-        started_at: facts.started_at,
+        facts,
         started,
         output,
         state,
@@ -347,7 +342,7 @@ impl<T: ProcessTree> Actor<T> {
         // this process (by its marker). The pid and start time follow shortly, once the process
         // has proven to be more than a quick command, so `exec` of `true` pays for no extra write.
         let mut running_record_at = Some(Instant::now() + RUNNING_RECORD_DELAY);
-        if crate::faults::actor_should_panic(&self.proc.command) {
+        if crate::faults::actor_should_panic(&self.proc.facts.command) {
             panic!("injected fault: actor panic (YIELDSHELL_TEST_FAULTS)");
         }
         loop {
@@ -406,8 +401,15 @@ impl<T: ProcessTree> Actor<T> {
                 _ = self.ctx.shutdown.cancelled(), if awaits_shutdown => {
                     // The daemon stops every tree at once (`tree::stop_all`, one /proc scan per
                     // round for all of them); the actor only records how its process ended.
-                    if let Phase::Running { shutdown, .. } = &mut self.phase {
+                    // Its timeout no longer applies: the process ends by the shutdown, and is
+                    // recorded so, not as `timed_out` should the timer fire during the sweep.
+                    if let Phase::Running {
+                        shutdown,
+                        timeout_at,
+                    } = &mut self.phase
+                    {
                         *shutdown = true;
+                        *timeout_at = None;
                     }
                 }
             }
@@ -447,7 +449,7 @@ impl<T: ProcessTree> Actor<T> {
                 self.update(|s| {
                     record_exit(s);
                     s.status = Status::Stopped;
-                    s.ended_by = Some(StopReason::Shutdown.ended_by().to_string());
+                    s.ended_by = Some(StopReason::Shutdown.ended_by());
                     s.descendants = 0;
                 });
                 self.stdin_close.cancel();
@@ -481,7 +483,7 @@ impl<T: ProcessTree> Actor<T> {
             Phase::Stopping(run) => {
                 let exit_seen = self.exit.is_none();
                 match run
-                    .tick(&self.tree, self.pgid, &self.proc.id, exit_seen)
+                    .tick(&self.tree, self.pgid, &self.proc.facts.id, exit_seen)
                     .await
                 {
                     Tick::Continue => {}
@@ -513,7 +515,7 @@ impl<T: ProcessTree> Actor<T> {
         if !group_alive && !full && self.readers.is_none() && !self.outside_group {
             return 0;
         }
-        let (pgid, id) = (self.pgid, self.proc.id.clone());
+        let (pgid, id) = (self.pgid, self.proc.facts.id.clone());
         let n = if group_alive {
             tree::off_runtime(&self.tree, move |t| t.find_tree(pgid, &id).len()).await
         } else {
@@ -605,7 +607,7 @@ impl<T: ProcessTree> Actor<T> {
         let begun = StopRun::begin(
             &self.tree,
             self.pgid,
-            &self.proc.id,
+            &self.proc.facts.id,
             signal,
             grace,
             reason,
@@ -640,7 +642,7 @@ impl<T: ProcessTree> Actor<T> {
                     StopReason::Timeout => Status::TimedOut,
                     StopReason::Request | StopReason::Shutdown => Status::Stopped,
                 };
-                s.ended_by = Some(run.reason.ended_by().to_string());
+                s.ended_by = Some(run.reason.ended_by());
             }
             if s.ended_at.is_none() {
                 s.ended_at = Some(SystemTime::now());

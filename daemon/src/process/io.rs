@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use yieldshell_proto::errors::ErrorKind;
 
 use super::StdinWrite;
+use crate::error::Error;
 use crate::output::{OutputLog, Stream};
 use crate::policy::redact::{RedactStream, Redactor};
 
@@ -95,21 +96,23 @@ pub(super) async fn stdin_writer(
             _ = close.cancelled() => break,
         };
         let Some(p) = pipe.as_mut() else {
-            let _ = req.reply.send(Err((
+            let _ = req.reply.send(Err(Error::new(
                 ErrorKind::StdinClosed,
-                "stdin was closed earlier (eof/close_stdin); start the process again to send more input"
-                    .into(),
+                "stdin was closed earlier (eof/close_stdin); start the process again to send more input",
             )));
             continue;
         };
         let result = match tokio::time::timeout(STDIN_WRITE_TIMEOUT, p.write_all(&req.data)).await {
             Ok(Ok(())) => Ok(req.data.len()),
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Err((
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Error::new(
                 ErrorKind::ProcessExited,
-                "the process no longer reads stdin (it exited or closed its input)".to_string(),
+                "the process no longer reads stdin (it exited or closed its input)",
             )),
-            Ok(Err(e)) => Err((ErrorKind::Internal, format!("writing stdin failed: {e}"))),
-            Err(_) => Err((
+            Ok(Err(e)) => Err(Error::new(
+                ErrorKind::Internal,
+                format!("writing stdin failed: {e}"),
+            )),
+            Err(_) => Err(Error::new(
                 ErrorKind::StdinClosed,
                 format!(
                     "stdin did not accept the input within {}s: the process is not reading it",
@@ -117,7 +120,7 @@ pub(super) async fn stdin_writer(
                 ),
             )),
         };
-        if req.eof || result.is_err() && matches!(&result, Err((ErrorKind::ProcessExited, _))) {
+        if req.eof || matches!(&result, Err(e) if e.kind == ErrorKind::ProcessExited) {
             pipe = None;
         }
         let _ = req.reply.send(result);

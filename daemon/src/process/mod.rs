@@ -22,66 +22,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::pb;
 
+use crate::error::Error;
 use crate::output::OutputLog;
 use crate::record::{ProcessRecord, RECORD_FORMAT, RecordBytes};
+pub use crate::status::{EndedBy, LostReason, RecordStatus, Status};
 use reaper::ExitHow;
 use tree::Identity;
-
-/// Lifecycle status (DESIGN §3 "Statuses").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
-    /// Spawned and not yet ended.
-    Running,
-    /// The shell exited on its own.
-    Completed,
-    /// Ended by `stop` or by daemon shutdown.
-    Stopped,
-    /// Ended because `timeout_ms` fired.
-    TimedOut,
-    /// The daemon failed while running it.
-    Failed,
-    /// A crashed daemon could not keep it.
-    Lost,
-}
-
-impl Status {
-    /// Record/JSON name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Running => "running",
-            Status::Completed => "completed",
-            Status::Stopped => "stopped",
-            Status::TimedOut => "timed_out",
-            Status::Failed => "failed",
-            Status::Lost => "lost",
-        }
-    }
-
-    /// Parses a record name (`starting` counts as running: it was never confirmed to end).
-    pub fn parse(s: &str) -> Option<Status> {
-        Some(match s {
-            "running" | "starting" => Status::Running,
-            "completed" => Status::Completed,
-            "stopped" => Status::Stopped,
-            "timed_out" => Status::TimedOut,
-            "failed" => Status::Failed,
-            "lost" => Status::Lost,
-            _ => return None,
-        })
-    }
-
-    /// Control-plane value.
-    pub fn to_pb(self) -> pb::ProcessStatus {
-        match self {
-            Status::Running => pb::ProcessStatus::Running,
-            Status::Completed => pb::ProcessStatus::Completed,
-            Status::Stopped => pb::ProcessStatus::Stopped,
-            Status::TimedOut => pb::ProcessStatus::TimedOut,
-            Status::Failed => pb::ProcessStatus::Failed,
-            Status::Lost => pb::ProcessStatus::Lost,
-        }
-    }
-}
 
 /// What the actor publishes about its process.
 #[derive(Debug, Clone)]
@@ -104,10 +50,10 @@ pub struct ProcState {
     pub settled: bool,
     /// Descendants still running after the shell exited.
     pub descendants: u32,
-    /// What ended it (`stop`, `timeout`, `daemon_shutdown`).
-    pub ended_by: Option<String>,
+    /// What ended it, when it did not complete on its own.
+    pub ended_by: Option<EndedBy>,
     /// Why it is lost.
-    pub lost_reason: Option<String>,
+    pub lost_reason: Option<LostReason>,
 }
 
 impl ProcState {
@@ -127,6 +73,17 @@ impl ProcState {
             duration: None,
             ended_by: None,
             ..self.clone()
+        }
+    }
+
+    /// Before the spawn: nothing known yet.
+    fn starting() -> ProcState {
+        ProcState {
+            identity: None,
+            ..ProcState::running(Identity {
+                pid: 0,
+                start_time: 0,
+            })
         }
     }
 
@@ -157,11 +114,11 @@ pub enum StopReason {
 }
 
 impl StopReason {
-    fn ended_by(self) -> &'static str {
+    fn ended_by(self) -> EndedBy {
         match self {
-            StopReason::Request => "stop",
-            StopReason::Timeout => "timeout",
-            StopReason::Shutdown => "daemon_shutdown",
+            StopReason::Request => EndedBy::Stop,
+            StopReason::Timeout => EndedBy::Timeout,
+            StopReason::Shutdown => EndedBy::DaemonShutdown,
         }
     }
 }
@@ -199,24 +156,14 @@ pub struct StdinWrite {
     /// Close stdin afterwards.
     pub eof: bool,
     /// Bytes written, or why not.
-    pub reply: oneshot::Sender<Result<usize, (ErrorKind, String)>>,
+    pub reply: oneshot::Sender<Result<usize, Error>>,
 }
 
 /// A managed process, shared by the registry, the actor and RPC handlers.
 #[derive(Debug)]
 pub struct ManagedProcess {
-    /// Stable id (`proc_…`).
-    pub id: String,
-    /// Session that started it.
-    pub session_id: String,
-    /// Optional human name.
-    pub name: String,
-    /// Command line.
-    pub command: Vec<u8>,
-    /// Resolved working directory.
-    pub cwd: PathBuf,
-    /// Wall-clock start.
-    pub started_at: SystemTime,
+    /// What never changes: id, session, name, command, cwd, start.
+    pub facts: Arc<ProcessFacts>,
     /// Monotonic start, for durations.
     pub started: Instant,
     /// Output log.
@@ -226,13 +173,13 @@ pub struct ManagedProcess {
     // the daemon keeps up to a thousand ended processes.
     control: std::sync::Mutex<Option<mpsc::Sender<Control>>>,
     stdin: std::sync::Mutex<Option<mpsc::Sender<StdinWrite>>>,
-    running_slot: std::sync::Mutex<Option<crate::registry::RunningSlot>>,
+    running_slot: std::sync::Mutex<Option<crate::limits::RunningSlot>>,
 }
 
-/// Everything needed to create a [`ManagedProcess`].
+/// What never changes about a process: shared by its handle, its actor and its records.
 #[derive(Debug)]
 pub struct ProcessFacts {
-    /// Stable id.
+    /// Stable id (`proc_…`, or a client-chosen UUID).
     pub id: String,
     /// Session that started it.
     pub session_id: String,
@@ -244,6 +191,46 @@ pub struct ProcessFacts {
     pub cwd: PathBuf,
     /// Wall-clock start.
     pub started_at: SystemTime,
+}
+
+impl ProcessFacts {
+    /// The record queued before the spawn: the command and directory, no pid yet.
+    pub fn starting_record(&self) -> ProcessRecord {
+        ProcessRecord {
+            status: RecordStatus::Starting,
+            ..self.record(&ProcState::starting())
+        }
+    }
+
+    /// The persisted form of these facts in `state`.
+    pub fn record(&self, state: &ProcState) -> ProcessRecord {
+        ProcessRecord {
+            format: RECORD_FORMAT,
+            process_id: self.id.clone(),
+            session_id: self.session_id.clone(),
+            name: self.name.clone(),
+            command: RecordBytes::from_bytes(&self.command),
+            cwd: RecordBytes::from_bytes(&yieldshell_proto::session_config::path_bytes(&self.cwd)),
+            status: state.status.into(),
+            pid: state.identity.map(|i| i.pid),
+            start_time: state.identity.map(|i| i.start_time),
+            exit_code: match state.exit {
+                Some(ExitHow::Code(c)) => Some(c),
+                _ => None,
+            },
+            signal: match state.exit {
+                Some(ExitHow::Signal(s)) => Some(s),
+                _ => None,
+            },
+            started_at_ms: unix_ms(self.started_at),
+            ended_at_ms: state.ended_at.map(unix_ms),
+            duration_ms: state
+                .duration
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            ended_by: state.ended_by,
+            lost_reason: state.lost_reason,
+        }
+    }
 }
 
 /// Milliseconds since the Unix epoch.
@@ -270,14 +257,16 @@ impl ManagedProcess {
         let started = Instant::now();
         let (state, _) = watch::channel(state);
         ManagedProcess {
-            id: record.process_id.clone(),
-            session_id: record.session_id.clone(),
-            name: record.name.clone(),
-            command: record.command.to_bytes(),
-            cwd: PathBuf::from(yieldshell_proto::session_config::bytes_os(
-                &record.cwd.to_bytes(),
-            )),
-            started_at,
+            facts: Arc::new(ProcessFacts {
+                id: record.process_id.clone(),
+                session_id: record.session_id.clone(),
+                name: record.name.clone(),
+                command: record.command.to_bytes(),
+                cwd: PathBuf::from(yieldshell_proto::session_config::bytes_os(
+                    &record.cwd.to_bytes(),
+                )),
+                started_at,
+            }),
             started,
             output,
             state,
@@ -351,15 +340,11 @@ impl ManagedProcess {
     }
 
     /// Writes to stdin (and closes it on `eof`).
-    pub async fn write_stdin(
-        &self,
-        data: Vec<u8>,
-        eof: bool,
-    ) -> Result<usize, (ErrorKind, String)> {
+    pub async fn write_stdin(&self, data: Vec<u8>, eof: bool) -> Result<usize, Error> {
         let exited = || {
-            (
+            Error::new(
                 ErrorKind::ProcessExited,
-                format!("process {} has ended; its stdin is closed", self.id),
+                format!("process {} has ended; its stdin is closed", self.facts.id),
             )
         };
         let stdin = self
@@ -394,11 +379,11 @@ impl ManagedProcess {
         let (out, err) = self.output.totals();
         let (spool_dropped, _) = self.output.spool_health();
         pb::ProcessInfo {
-            process_id: self.id.clone(),
+            process_id: self.facts.id.clone(),
             pid: state.identity.map(|i| i.pid as u32),
-            name: self.name.clone(),
-            command: self.command.clone(),
-            cwd: yieldshell_proto::session_config::path_bytes(&self.cwd),
+            name: self.facts.name.clone(),
+            command: self.facts.command.clone(),
+            cwd: yieldshell_proto::session_config::path_bytes(&self.facts.cwd),
             status: state.status.to_pb() as i32,
             exit_code: match state.exit {
                 Some(ExitHow::Code(c)) => Some(c),
@@ -408,7 +393,7 @@ impl ManagedProcess {
                 Some(ExitHow::Signal(s)) => Some(signal_name(s)),
                 _ => None,
             },
-            started_at_unix_ms: unix_ms(self.started_at),
+            started_at_unix_ms: unix_ms(self.facts.started_at),
             ended_at_unix_ms: state.ended_at.map(unix_ms),
             duration_ms: u64::try_from(self.duration(&state).as_millis()).unwrap_or(u64::MAX),
             stdout_bytes: out.bytes,
@@ -416,9 +401,9 @@ impl ManagedProcess {
             stdout_lines: out.lines,
             stderr_lines: err.lines,
             descendants_running: state.descendants,
-            session_id: self.session_id.clone(),
-            lost_reason: state.lost_reason.clone(),
-            ended_by: state.ended_by.clone(),
+            session_id: self.facts.session_id.clone(),
+            lost_reason: state.lost_reason.map(|r| r.as_str().to_string()),
+            ended_by: state.ended_by.map(|e| e.as_str().to_string()),
             spool_dropped_bytes: spool_dropped,
         }
     }
@@ -429,7 +414,7 @@ impl ManagedProcess {
         let duration = self.started.elapsed();
         self.state.send_modify(|s| {
             s.status = Status::Lost;
-            s.lost_reason = Some("supervisor_panic".into());
+            s.lost_reason = Some(LostReason::SupervisorPanic);
             if s.ended_at.is_none() {
                 s.ended_at = Some(SystemTime::now());
                 s.duration = Some(duration);
@@ -443,33 +428,7 @@ impl ManagedProcess {
 
     /// The persisted form of the current state.
     pub fn record(&self) -> ProcessRecord {
-        let state = self.state();
-        ProcessRecord {
-            format: RECORD_FORMAT,
-            process_id: self.id.clone(),
-            session_id: self.session_id.clone(),
-            name: self.name.clone(),
-            command: RecordBytes::from_bytes(&self.command),
-            cwd: RecordBytes::from_bytes(&yieldshell_proto::session_config::path_bytes(&self.cwd)),
-            status: state.status.as_str().to_string(),
-            pid: state.identity.map(|i| i.pid),
-            start_time: state.identity.map(|i| i.start_time),
-            exit_code: match state.exit {
-                Some(ExitHow::Code(c)) => Some(c),
-                _ => None,
-            },
-            signal: match state.exit {
-                Some(ExitHow::Signal(s)) => Some(s),
-                _ => None,
-            },
-            started_at_ms: unix_ms(self.started_at),
-            ended_at_ms: state.ended_at.map(unix_ms),
-            duration_ms: state
-                .duration
-                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-            ended_by: state.ended_by.clone(),
-            lost_reason: state.lost_reason.clone(),
-        }
+        self.facts.record(&self.state())
     }
 }
 

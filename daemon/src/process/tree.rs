@@ -249,8 +249,12 @@ fn scan(
         if !stat.is_alive() {
             continue;
         }
-        let in_group = groups.contains(&stat.pgrp) || groups.contains(&stat.session);
+        // "In the group" means reached by `killpg` of the leader's group. A descendant that
+        // moved to a group of its own (`setpgid`, a job-control shell's job) is still in the
+        // leader's session, and a member, but must be signalled one by one.
+        let in_group = groups.contains(&stat.pgrp);
         let member = in_group
+            || groups.contains(&stat.session)
             || (!markers.is_empty()
                 && entry.metadata().is_ok_and(|m| m.uid() == uid)
                 && std::fs::read(format!("/proc/{pid}/environ"))

@@ -87,8 +87,7 @@ pub(super) fn open_session(
     let session = svc
         .daemon
         .sessions
-        .open(req, &svc.daemon.config.file.policy)
-        .map_err(|(kind, msg)| kind.status(msg))?;
+        .open(req, &svc.daemon.config.file.policy)?;
     tracing::debug!(session = %session.id, %client, "session opened");
     Ok(pb::OpenSessionResponse {
         session_id: session.id.clone(),

@@ -17,8 +17,7 @@ use crate::output::{OutputLog, ReadQuery, StreamFilter};
 use crate::policy::Refusal;
 use crate::policy::redact::Redactor;
 use crate::process::actor::{self, ActorContext};
-use crate::process::{ManagedProcess, ProcessFacts, Status, new_process_id, spawn, unix_ms};
-use crate::record::{ProcessRecord, RECORD_FORMAT, RecordBytes};
+use crate::process::{ManagedProcess, ProcessFacts, Status, new_process_id, spawn};
 use crate::session::Session;
 
 fn refused(r: Refusal) -> pb::ExecResponse {
@@ -148,19 +147,39 @@ pub(super) async fn exec(
         })
     };
 
-    let proc = match start(svc, &session, &req, cwd, env, redactor, timeout) {
-        Ok(p) => p,
-        Err(r) => return Ok(refused(r)),
+    // The directory, the record and `posix_spawn` are blocking work: they run on a blocking
+    // thread, and so does the registration after them, so a client that vanishes while this is
+    // awaited leaves a registered process, never a half-started one.
+    let start_req = StartRequest {
+        wanted_id: requested_id(&req).map(str::to_string),
+        name: req.name.clone().unwrap_or_default(),
+        command: req.command.clone(),
+        cwd,
+        env,
+        redactor,
+        timeout,
+    };
+    let (svc_for_start, session_for_start) = (svc.clone(), session.clone());
+    let started =
+        tokio::task::spawn_blocking(move || start(&svc_for_start, &session_for_start, start_req))
+            .await;
+    let proc = match started {
+        Ok(Ok(p)) => p,
+        Ok(Err(r)) => return Ok(refused(r)),
+        Err(e) => {
+            return Err(ErrorKind::Internal.status(format!("starting the process failed: {e}")));
+        }
     };
 
-    // The only `.await` above (the policy's parse) comes before anything starts: if the client
-    // vanishes from here on, the process is registered and runs on in the background.
+    // The `.await`s above come before anything starts (the policy's parse) or cannot be cut
+    // short (the blocking start): if the client vanishes from here on, the process is
+    // registered and runs on in the background.
     let mut state_rx = proc.subscribe();
     if req.stdin.as_ref().is_some_and(|s| !s.is_empty()) || req.close_stdin {
         let data = req.stdin.clone().unwrap_or_default();
-        if let Err((kind, msg)) = proc.write_stdin(data, req.close_stdin).await {
+        if let Err(Refusal { kind, message: msg }) = proc.write_stdin(data, req.close_stdin).await {
             // A command that exits without reading its input is not an error of exec.
-            tracing::debug!(process_id = %proc.id, %kind, "initial stdin not fully written: {msg}");
+            tracing::debug!(process_id = %proc.facts.id, %kind, "initial stdin not fully written: {msg}");
         }
     }
     let deadline = tokio::time::Instant::now() + Duration::from_millis(yield_ms);
@@ -172,42 +191,79 @@ pub(super) async fn exec(
     Ok(respond(&proc, max_out, yield_ms))
 }
 
-fn start(
-    svc: &ControlService,
-    session: &Session,
-    req: &pb::ExecRequest,
+/// One `exec` between its limit check and its registration (see `Daemon::starts_in_flight`).
+struct StartInFlight<'a>(&'a crate::Daemon);
+
+impl<'a> StartInFlight<'a> {
+    fn enter(d: &'a crate::Daemon) -> StartInFlight<'a> {
+        d.starts_in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        StartInFlight(d)
+    }
+}
+
+impl Drop for StartInFlight<'_> {
+    fn drop(&mut self) {
+        self.0
+            .starts_in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// What [`start`] needs of an `exec` that passed the policy.
+struct StartRequest {
+    wanted_id: Option<String>,
+    name: String,
+    command: Vec<u8>,
     cwd: PathBuf,
     env: Vec<(OsString, OsString)>,
     redactor: Option<Arc<Redactor>>,
     timeout: Option<Duration>,
+}
+
+/// Starts and registers a process (blocking: runs on a blocking thread).
+fn start(
+    svc: &ControlService,
+    session: &Session,
+    req: StartRequest,
 ) -> Result<Arc<ManagedProcess>, Refusal> {
     let d = &svc.daemon;
     let limit = |m: String| Refusal {
         kind: ErrorKind::LimitReached,
         message: m,
     };
-    // Limits are checked and the process registered under one lock, so concurrent execs cannot
-    // overshoot them.
-    let _guard = d.spawn_lock.lock().unwrap_or_else(|e| e.into_inner());
-    let (total, mine) = d.running.get(&session.id);
-    if mine >= session.policy.max_processes as usize {
-        return Err(limit(format!(
-            "this session already runs {mine} processes (YIELDSHELL_MAX_PROCESSES={}); stop one or wait for it first",
-            session.policy.max_processes
-        )));
-    }
-    let global = d.config.file.max_running_processes();
-    if total >= global as usize {
-        return Err(limit(format!(
-            "the daemon already runs {total} processes (its max_running_processes is {global})"
-        )));
-    }
+    // Only the limit check and the taking of a running slot are under the lock, so concurrent
+    // execs cannot overshoot the limits; the slot is given back if anything below fails.
+    let (slot, _in_flight) = {
+        let _guard = d.spawn_lock.lock().unwrap_or_else(|e| e.into_inner());
+        if d.shutdown.is_cancelled() {
+            return Err(Refusal::new(
+                ErrorKind::ShuttingDown,
+                "yieldshelld is shutting down",
+            ));
+        }
+        let (total, mine) = d.running.get(&session.id);
+        if mine >= session.policy.max_processes as usize {
+            return Err(limit(format!(
+                "this session already runs {mine} processes (YIELDSHELL_MAX_PROCESSES={}); stop one or wait for it first",
+                session.policy.max_processes
+            )));
+        }
+        let global = d.config.file.max_running_processes();
+        if total >= global as usize {
+            return Err(limit(format!(
+                "the daemon already runs {total} processes (its max_running_processes is {global})"
+            )));
+        }
+        (d.running.take(&session.id), StartInFlight::enter(d))
+    };
     let in_use = |id: &str| Refusal {
         kind: ErrorKind::InvalidArgument,
         message: format!("process_id {id} is already in use"),
     };
-    let wanted = requested_id(req);
-    // Checked here, under the spawn lock, so two concurrent execs cannot both claim an id.
+    let wanted = req.wanted_id.as_deref();
+    // The process directory is the reservation: it is created atomically and never reused, so
+    // two concurrent execs cannot both claim an id.
     let mut id = match wanted {
         Some(w) if d.registry.contains(w) => return Err(in_use(w)),
         Some(w) => w.to_string(),
@@ -235,40 +291,28 @@ fn start(
             Err(e) => return Err(internal("creating the process directory", e)),
         }
     };
-    let started_at = SystemTime::now();
-    let name = req.name.clone().unwrap_or_default();
+    let facts = Arc::new(ProcessFacts {
+        id,
+        session_id: session.id.clone(),
+        name: req.name,
+        command: req.command,
+        cwd: req.cwd,
+        started_at: SystemTime::now(),
+    });
     // Queued before the spawn, so the record exists (with the command) for the next daemon even
     // if this one crashes right after; the directory alone already would.
-    let starting = ProcessRecord {
-        format: RECORD_FORMAT,
-        process_id: id.clone(),
-        session_id: session.id.clone(),
-        name: name.clone(),
-        command: RecordBytes::from_bytes(&req.command),
-        cwd: RecordBytes::from_bytes(&yieldshell_proto::session_config::path_bytes(&cwd)),
-        status: "starting".into(),
-        pid: None,
-        start_time: None,
-        exit_code: None,
-        signal: None,
-        started_at_ms: unix_ms(started_at),
-        ended_at_ms: None,
-        duration_ms: None,
-        ended_by: None,
-        lost_reason: None,
-    };
-    d.store.save(&starting);
-    crate::faults::delay_spawn(&req.command); // tests only (RELIABILITY F3)
+    d.store.save(&facts.starting_record());
+    crate::faults::delay_spawn(&facts.command); // tests only (RELIABILITY F3)
     let spec = spawn::SpawnSpec {
-        command: req.command.clone(),
-        cwd: cwd.clone(),
-        env,
-        process_id: id.clone(),
+        command: facts.command.clone(),
+        cwd: facts.cwd.clone(),
+        env: req.env,
+        process_id: facts.id.clone(),
     };
     let spawned = match spawn::spawn(&d.reaper, &spec) {
         Ok(s) => s,
         Err(e) => {
-            d.store.remove(&id);
+            d.store.remove(&facts.id);
             return Err(internal("could not start /bin/sh", e));
         }
     };
@@ -278,25 +322,17 @@ fn start(
         (d.config.file.spool_max_bytes() > 0).then_some(dir.as_path()),
         d.config.file.spool_max_bytes(),
     ));
-    let facts = ProcessFacts {
-        id,
-        session_id: session.id.clone(),
-        name,
-        command: req.command.clone(),
-        cwd,
-        started_at,
-    };
     let ctx = ActorContext {
         timing: d.config.file.timing(),
         store: d.store.clone(),
         shutdown: d.shutdown.clone(),
         reaper: d.reaper.clone(),
     };
-    let slot = d.running.take(&session.id);
-    let (proc, handle) = actor::launch(facts, slot, spawned, output, redactor, timeout, ctx);
+    let (proc, handle) =
+        actor::launch(facts, slot, spawned, output, req.redactor, req.timeout, ctx);
     d.registry.insert(proc.clone());
     d.track_actor(proc.clone(), handle);
-    tracing::info!(process_id = %proc.id, pid = proc.state().identity.map(|i| i.pid), session = %session.id, "started");
+    tracing::info!(process_id = %proc.facts.id, pid = proc.state().identity.map(|i| i.pid), session = %session.id, "started");
     Ok(proc)
 }
 

@@ -50,7 +50,7 @@ impl ControlService {
             return Err(unknown());
         }
         let p = self.daemon.registry.get(id).ok_or_else(unknown)?;
-        if !session.policy.cwd_allowed(&p.cwd) {
+        if !session.policy.cwd_allowed(&p.facts.cwd) {
             return Err(unknown());
         }
         Ok(p)

@@ -360,7 +360,7 @@ pub(super) async fn wait(
     if matches!(outcome, WaitOutcome::ShuttingDown) {
         return Err(ErrorKind::ShuttingDown.status(format!(
             "yieldshelld is shutting down (it stops its processes, {} included); the wait was interrupted",
-            proc.id
+            proc.facts.id
         )));
     }
     let process = proc.info();

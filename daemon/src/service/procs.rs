@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::pb;
+use yieldshell_proto::session_config::DEFAULT_CLEANUP_OLDER_THAN_MS;
 
 use super::ControlService;
 use crate::process::{ManagedProcess, Status, StopReason, tree};
@@ -34,7 +35,7 @@ pub(super) async fn write(
             ok: true,
             bytes_written: n as u64,
         }),
-        Err((kind, msg)) => Err(kind.status(format!("{}: {msg}", proc.id))),
+        Err(e) => Err(e.kind.status(format!("{}: {}", proc.facts.id, e.message))),
     }
 }
 
@@ -90,7 +91,7 @@ pub(super) async fn stop(
         _ => {
             resp.error = format!(
                 "process {} had already ended ({}); nothing was running to stop",
-                proc.id,
+                proc.facts.id,
                 describe_end(&proc)
             );
             resp.error_kind = ErrorKind::ProcessExited.as_str().into();
@@ -103,7 +104,8 @@ pub(super) async fn stop(
 /// Whether `p` belongs to the session's project: started by the session, or running inside the
 /// session's default cwd (after resolving symlinks).
 fn in_project(session: &Session, project_root: Option<&Path>, p: &ManagedProcess) -> bool {
-    p.session_id == session.id || project_root.is_some_and(|root| p.cwd.starts_with(root))
+    p.facts.session_id == session.id
+        || project_root.is_some_and(|root| p.facts.cwd.starts_with(root))
 }
 
 fn scoped<'a>(
@@ -122,7 +124,7 @@ fn scoped<'a>(
         .registry
         .all()
         .into_iter()
-        .filter(move |p| session.policy.cwd_allowed(&p.cwd))
+        .filter(move |p| session.policy.cwd_allowed(&p.facts.cwd))
         .filter(move |p| all_scope || in_project(session, root.as_deref(), p)))
 }
 
@@ -135,9 +137,10 @@ pub(super) fn list(
         .filter(|p| req.include_completed || p.is_running())
         .collect();
     procs.sort_by(|a, b| {
-        b.started_at
-            .cmp(&a.started_at)
-            .then_with(|| b.id.cmp(&a.id))
+        b.facts
+            .started_at
+            .cmp(&a.facts.started_at)
+            .then_with(|| b.facts.id.cmp(&a.facts.id))
     });
     let matched = u32::try_from(procs.len()).unwrap_or(u32::MAX);
     if req.limit > 0 {
@@ -154,8 +157,14 @@ pub(super) fn cleanup(
     req: pb::CleanupRequest,
 ) -> Result<pb::CleanupResponse, tonic::Status> {
     let session = svc.daemon.sessions.get(&req.session_id)?;
-    let completed_age = Duration::from_millis(req.completed_older_than_ms.unwrap_or(3_600_000));
-    let stopped_age = Duration::from_millis(req.stopped_older_than_ms.unwrap_or(3_600_000));
+    let completed_age = Duration::from_millis(
+        req.completed_older_than_ms
+            .unwrap_or(DEFAULT_CLEANUP_OLDER_THAN_MS),
+    );
+    let stopped_age = Duration::from_millis(
+        req.stopped_older_than_ms
+            .unwrap_or(DEFAULT_CLEANUP_OLDER_THAN_MS),
+    );
     let now = SystemTime::now();
     let mut removed_ids = Vec::new();
     for p in scoped(svc, &session, req.scope)? {
@@ -170,12 +179,12 @@ pub(super) fn cleanup(
         } else {
             stopped_age
         };
-        let ended = state.ended_at.unwrap_or(p.started_at);
+        let ended = state.ended_at.unwrap_or(p.facts.started_at);
         if now.duration_since(ended).unwrap_or_default() < threshold {
             continue;
         }
-        svc.daemon.forget(&p.id);
-        removed_ids.push(p.id.clone());
+        svc.daemon.forget(&p.facts.id);
+        removed_ids.push(p.facts.id.clone());
     }
     Ok(pb::CleanupResponse {
         removed: u32::try_from(removed_ids.len()).unwrap_or(u32::MAX),

@@ -7,7 +7,9 @@ use rmcp::model::{CallToolResult, Tool, ToolAnnotations};
 use rmcp::service::RequestContext;
 use serde_json::json;
 use yieldshell_proto::pb;
-use yieldshell_proto::session_config::SIDE_EFFECTS;
+use yieldshell_proto::session_config::{
+    DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_YIELD_MS, DEFAULT_YIELD_MS, SIDE_EFFECTS,
+};
 use yieldshell_proto::views::{self, ExecView};
 
 use super::{ErrorBody, output_schema, respond_with, tool};
@@ -19,9 +21,9 @@ use crate::progress::{
 
 pub(super) fn definition(ctx: &Context) -> Tool {
     let p = &ctx.config.policy;
-    let default_yield = p.default_yield_ms.unwrap_or(5_000);
-    let max_yield = p.max_yield_ms.unwrap_or(300_000);
-    let max_out = p.max_output_bytes.unwrap_or(20_000);
+    let default_yield = p.default_yield_ms.unwrap_or(DEFAULT_YIELD_MS);
+    let max_yield = p.max_yield_ms.unwrap_or(DEFAULT_MAX_YIELD_MS);
+    let max_out = p.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES);
     let input = json!({
         "type": "object",
         "properties": {
@@ -133,8 +135,8 @@ pub(super) async fn call(
     let p = &ctx.config.policy;
     let yield_ms = req
         .yield_ms
-        .unwrap_or(p.default_yield_ms.unwrap_or(5_000))
-        .min(p.max_yield_ms.unwrap_or(300_000));
+        .unwrap_or(p.default_yield_ms.unwrap_or(DEFAULT_YIELD_MS))
+        .min(p.max_yield_ms.unwrap_or(DEFAULT_MAX_YIELD_MS));
     let started = Instant::now();
     let Some(progress) = Progress::for_call(request, yield_ms) else {
         return match exec_once(ctx, req).await {

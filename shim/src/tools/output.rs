@@ -7,6 +7,7 @@ use rmcp::model::{CallToolResult, Tool, ToolAnnotations};
 use rmcp::service::RequestContext;
 use serde_json::{Value, json};
 use yieldshell_proto::pb;
+use yieldshell_proto::session_config::DEFAULT_MAX_OUTPUT_BYTES;
 use yieldshell_proto::views::{ProcessErrorView, ReadView, StreamSelection, WaitView};
 
 use super::{
@@ -20,7 +21,11 @@ use crate::progress::{Progress, SettleSpec, Settled, run_until_settled};
 const MAX_TAIL_LINES: u64 = 100_000;
 
 pub(super) fn read_definition(ctx: &Context) -> Tool {
-    let max_out = ctx.config.policy.max_output_bytes.unwrap_or(20_000);
+    let max_out = ctx
+        .config
+        .policy
+        .max_output_bytes
+        .unwrap_or(DEFAULT_MAX_OUTPUT_BYTES);
     let input = json!({
         "type": "object",
         "properties": {
@@ -101,7 +106,11 @@ pub(super) async fn read(ctx: &Context, args: &Args<'_>) -> CallToolResult {
 }
 
 pub(super) fn wait_definition(ctx: &Context) -> Tool {
-    let max_out = ctx.config.policy.max_output_bytes.unwrap_or(20_000);
+    let max_out = ctx
+        .config
+        .policy
+        .max_output_bytes
+        .unwrap_or(DEFAULT_MAX_OUTPUT_BYTES);
     let input = json!({
         "type": "object",
         "properties": {

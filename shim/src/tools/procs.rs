@@ -3,6 +3,7 @@
 use rmcp::model::{CallToolResult, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 use yieldshell_proto::pb;
+use yieldshell_proto::session_config::DEFAULT_CLEANUP_OLDER_THAN_MS;
 use yieldshell_proto::views::{CleanupView, ProcessSummary, PsView, StopView, WriteView};
 
 use super::{ErrorBody, arg_error, output_schema, respond, respond_with, tool};
@@ -219,8 +220,8 @@ pub(super) fn cleanup_definition() -> Tool {
     let input = json!({
         "type": "object",
         "properties": {
-            "completed_older_than_ms": {"type": "integer", "minimum": 0, "default": 3_600_000, "description": "Remove completed processes that ended longer ago than this."},
-            "stopped_older_than_ms": {"type": "integer", "minimum": 0, "default": 3_600_000, "description": "Remove stopped, timed-out, failed and lost processes that ended longer ago than this."}
+            "completed_older_than_ms": {"type": "integer", "minimum": 0, "default": DEFAULT_CLEANUP_OLDER_THAN_MS, "description": "Remove completed processes that ended longer ago than this."},
+            "stopped_older_than_ms": {"type": "integer", "minimum": 0, "default": DEFAULT_CLEANUP_OLDER_THAN_MS, "description": "Remove stopped, timed-out, failed and lost processes that ended longer ago than this."}
         },
         "additionalProperties": true
     });
@@ -245,10 +246,11 @@ pub(super) async fn cleanup(ctx: &Context, args: &Args<'_>) -> CallToolResult {
         Ok(pb::CleanupRequest {
             completed_older_than_ms: Some(
                 args.opt_u64("completed_older_than_ms")?
-                    .unwrap_or(3_600_000),
+                    .unwrap_or(DEFAULT_CLEANUP_OLDER_THAN_MS),
             ),
             stopped_older_than_ms: Some(
-                args.opt_u64("stopped_older_than_ms")?.unwrap_or(3_600_000),
+                args.opt_u64("stopped_older_than_ms")?
+                    .unwrap_or(DEFAULT_CLEANUP_OLDER_THAN_MS),
             ),
             scope: pb::Scope::Project as i32,
             ..Default::default()

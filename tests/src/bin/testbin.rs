@@ -14,6 +14,8 @@
 //!   `ready-sleep`: shows that a stop sent SIGTERM first, and that SIGKILL followed.
 //! - `setpgid SECS`: leave the process group (`setpgid(0, 0)`, same session), then like
 //!   `ready-sleep`.
+//! - `setpgid-trap-term FILE SECS`: leave the process group like `setpgid`, append `TERM` to
+//!   FILE on each SIGTERM and keep running, then like `ready-sleep`.
 //! - `double-fork SECS [detach]`: daemonise the classic way (fork, `setsid`, fork; the middle
 //!   process exits, the original waits for it and exits 0). The grandchild prints its `ready`
 //!   line; with `detach` it then points its stdio at `/dev/null`, as daemons do.
@@ -154,6 +156,24 @@ fn main() {
             let _ =
                 nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0));
             ready_sleep(arg_u64(&args, 2, 60));
+        }
+        "setpgid-trap-term" => {
+            // A process in a group of its own (still in the shell's session) that notes each
+            // SIGTERM in a file and keeps running.
+            use std::os::fd::IntoRawFd;
+            let _ =
+                nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0));
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(args.get(2).map(String::as_str).unwrap_or("trap-term.log"))
+                .expect("trap file");
+            TRAP_FD.store(file.into_raw_fd(), std::sync::atomic::Ordering::Relaxed);
+            // SAFETY: the handler only calls write(2).
+            unsafe {
+                libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
+            }
+            ready_sleep(arg_u64(&args, 3, 60));
         }
         "double-fork" => {
             let secs = arg_u64(&args, 2, 60);

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Actor, ActorContext, ActorTiming, Io, Readers, managed};
+use crate::limits::RunningCounts;
 use crate::output::OutputLog;
 use crate::process::reaper::{ExitHow, Reaper};
 use crate::process::stop::STOP_POLL;
@@ -18,7 +19,7 @@ use crate::process::tree::Identity;
 use crate::process::tree::fake::{Call, FakeProc, FakeTree};
 use crate::process::{ManagedProcess, ProcState, ProcessFacts, Status, StopOutcome, StopReason};
 use crate::record::{ProcessRecord, RecordStore};
-use crate::registry::RunningCounts;
+use crate::status::EndedBy;
 
 const ID: &str = "proc_actortest";
 const SHELL: i32 = 1000;
@@ -55,8 +56,13 @@ fn start(timeout: Option<Duration>) -> Harness {
     };
     let output = Arc::new(OutputLog::new(1 << 16, None, 0));
     let slot = Arc::new(RunningCounts::default()).take("sess_test");
-    let (proc, control_rx, _stdin) =
-        managed(facts, tree.shell(), std::time::Instant::now(), output, slot);
+    let (proc, control_rx, _stdin) = managed(
+        Arc::new(facts),
+        tree.shell(),
+        std::time::Instant::now(),
+        output,
+        slot,
+    );
     let eof = channels.eof;
     let join = tokio::spawn(async move {
         let _ = eof.await;
@@ -232,7 +238,7 @@ async fn natural_exit_with_pipes_held_by_a_descendant_settles_after_the_drain_gr
     assert_eq!(h.proc.state().descendants, 0);
     assert!(t0.elapsed() >= TIMING.drain_grace + super::DESCENDANT_POLL);
     assert!(signals(&h.tree).is_empty(), "nothing was signalled");
-    assert_eq!(h.record().status, "completed");
+    assert_eq!(h.record().status.as_str(), "completed");
 }
 
 #[tokio::test(start_paused = true)]
@@ -264,10 +270,10 @@ async fn stop_sends_sigterm_then_escalates_to_sigkill_after_the_grace() {
     let state = h.proc.state();
     assert!(state.settled, "answered once settled");
     assert_eq!(state.status, Status::Stopped);
-    assert_eq!(state.ended_by.as_deref(), Some("stop"));
+    assert_eq!(state.ended_by.map(EndedBy::as_str), Some("stop"));
     assert_eq!(state.exit, Some(ExitHow::Signal(Signal::SIGTERM as i32)));
     let h = h.ended().await;
-    assert_eq!(h.record().status, "stopped");
+    assert_eq!(h.record().status.as_str(), "stopped");
 }
 
 #[tokio::test(start_paused = true)]
@@ -309,13 +315,13 @@ async fn timeout_stops_the_tree_and_records_timed_out() {
     // SIGTERM at the timeout; the next stop poll finds the tree gone.
     assert_eq!(t0.elapsed(), timeout + STOP_POLL);
     assert_eq!(state.status, Status::TimedOut);
-    assert_eq!(state.ended_by.as_deref(), Some("timeout"));
+    assert_eq!(state.ended_by.map(EndedBy::as_str), Some("timeout"));
     assert_eq!(
         signals(&h.tree),
         vec![Call::Group(Signal::SIGTERM), Call::Group(Signal::SIGCONT)]
     );
     let h = h.ended().await;
-    assert_eq!(h.record().status, "timed_out");
+    assert_eq!(h.record().status.as_str(), "timed_out");
 }
 
 #[tokio::test(start_paused = true)]
@@ -328,10 +334,13 @@ async fn daemon_shutdown_records_the_exit_as_stopped_by_daemon_shutdown() {
     h.tree.signal_group(SHELL, Some(Signal::SIGTERM));
     let state = h.settled().await;
     assert_eq!(state.status, Status::Stopped);
-    assert_eq!(state.ended_by.as_deref(), Some("daemon_shutdown"));
+    assert_eq!(state.ended_by.map(EndedBy::as_str), Some("daemon_shutdown"));
     assert_eq!(state.exit, Some(ExitHow::Signal(Signal::SIGTERM as i32)));
     let h = h.ended().await;
-    assert_eq!(h.record().ended_by.as_deref(), Some("daemon_shutdown"));
+    assert_eq!(
+        h.record().ended_by.map(EndedBy::as_str),
+        Some("daemon_shutdown")
+    );
 }
 
 #[tokio::test(start_paused = true)]
