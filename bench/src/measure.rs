@@ -507,6 +507,7 @@ async fn grpc_exec(bench: &Bench, c: &Counts) -> anyhow::Result<Summary> {
         daemon_bin: None,
         client_name: "bench".into(),
         start_timeout: Duration::from_secs(10),
+        deadlines: Default::default(),
     };
     let config = yieldshell_proto::session_config::SessionConfig::from_vars(
         std::env::vars_os().collect(),

@@ -141,6 +141,7 @@ impl Bench {
             daemon_bin: None,
             client_name: "bench".into(),
             start_timeout: Duration::from_secs(10),
+            deadlines: Default::default(),
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         while yieldshell_proto::client::connect(&opts).await.is_err() {

@@ -4,12 +4,17 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Subcommand;
 use yieldshell_proto::client::{self, ClientError};
 use yieldshell_proto::pb;
 use yieldshell_proto::session_config::bytes_os;
 
 use crate::{Ctx, exit, render};
+
+/// How long `daemon stop` waits for the daemon to exit: its processes' shutdown grace
+/// (`shutdown_grace_ms`, 3 s by default) and SIGKILL waits fit well within it.
+const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Daemon subcommands.
 #[derive(Debug, Subcommand)]
@@ -58,39 +63,48 @@ fn status_json(s: &pb::StatusResponse, socket: &Path) -> serde_json::Value {
 
 async fn status(ctx: &Ctx) -> anyhow::Result<u8> {
     let mut conn = client::connect(&ctx.opts).await?;
-    let s = conn
-        .client
-        .status(pb::StatusRequest {})
-        .await
-        .map_err(ClientError::Rpc)?
-        .into_inner();
+    let s = client::unary(
+        &ctx.opts,
+        "Status",
+        conn.client.status(pb::StatusRequest {}),
+    )
+    .await?;
     let v = status_json(&s, &ctx.opts.socket);
     if ctx.json {
         render::json(&v)?;
         return Ok(exit::OK);
     }
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0));
-    println!(
+    render::line(format_args!(
         "yieldshelld {} (protocol {})",
         s.daemon_version, s.protocol_version
-    );
-    println!("pid          {}", s.pid);
-    println!("uptime       {}", render::duration_ms(s.uptime_ms));
-    println!("socket       {}", ctx.opts.socket.display());
-    println!(
+    ))?;
+    render::line(format_args!("pid          {}", s.pid))?;
+    render::line(format_args!(
+        "uptime       {}",
+        render::duration_ms(s.uptime_ms)
+    ))?;
+    render::line(format_args!("socket       {}", ctx.opts.socket.display()))?;
+    render::line(format_args!(
         "state dir    {}",
         v["state_dir"].as_str().unwrap_or_default()
-    );
-    println!("logs         {}", v["log_dir"].as_str().unwrap_or_default());
-    println!("processes    {} running, {} records", s.running, s.records);
-    println!("sessions     {}", s.sessions);
-    println!("memory       {}", mib(s.rss_bytes));
-    println!("containment  {}", s.containment);
+    ))?;
+    render::line(format_args!(
+        "logs         {}",
+        v["log_dir"].as_str().unwrap_or_default()
+    ))?;
+    render::line(format_args!(
+        "processes    {} running, {} records",
+        s.running, s.records
+    ))?;
+    render::line(format_args!("sessions     {}", s.sessions))?;
+    render::line(format_args!("memory       {}", mib(s.rss_bytes)))?;
+    render::line(format_args!("containment  {}", s.containment))?;
     if s.spool_degraded > 0 {
-        println!(
+        render::line(format_args!(
             "warning      {} process(es) could not save all output to disk",
             s.spool_degraded
-        );
+        ))?;
     }
     Ok(exit::OK)
 }
@@ -130,32 +144,54 @@ async fn stop(ctx: &Ctx) -> anyhow::Result<u8> {
         Err(e) => return Err(e.into()),
     };
     let pid = conn.hello.pid;
-    let resp = conn
-        .client
-        .shutdown(pb::ShutdownRequest { grace_ms: None })
-        .await
-        .map_err(ClientError::Rpc)?
-        .into_inner();
+    // The daemon's own state directory holds its instance lock (the client's may differ, e.g.
+    // for a service started with --state-dir).
+    let status = client::unary(
+        &ctx.opts,
+        "Status",
+        conn.client.status(pb::StatusRequest {}),
+    )
+    .await?;
+    let state_dir = PathBuf::from(bytes_os(&status.state_dir));
+    let resp = client::unary(
+        &ctx.opts,
+        "Shutdown",
+        conn.client.shutdown(pb::ShutdownRequest { grace_ms: None }),
+    )
+    .await?;
+    drop(conn);
     if !ctx.json {
         eprintln!(
             "stopping yieldshelld (pid {pid}) and {} running process(es)…",
             resp.stopping
         );
     }
-    // Done when nothing answers any more (bounded: grace periods plus SIGKILL waits).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while tokio::time::Instant::now() < deadline {
-        if client::connect(&ctx.opts).await.is_err() {
-            if ctx.json {
-                render::json(&serde_json::json!({"stopped": true, "pid": pid}))?;
-            } else {
-                eprintln!("yieldshelld stopped");
-            }
-            return Ok(exit::OK);
+    // The daemon closes its socket at once but runs its processes' grace before it exits and
+    // frees its instance lock; a daemon started meanwhile would find the lock taken. So done
+    // means exited: the lock is free (bounded: grace periods plus SIGKILL waits).
+    let deadline = tokio::time::Instant::now() + STOP_TIMEOUT;
+    loop {
+        let exited = client::daemon_has_exited(&ctx.opts.socket, &state_dir, pid)
+            .with_context(|| format!("checking whether yieldshelld (pid {pid}) has exited"))?;
+        if exited == Some(true) {
+            break;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!(
+                "yieldshelld (pid {pid}) was asked to stop but has not exited after {} s: its \
+                 processes may still be in their shutdown grace (shutdown_grace_ms). See \
+                 `yieldctl daemon logs`; `kill -9 {pid}` ends it at once",
+                STOP_TIMEOUT.as_secs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    anyhow::bail!("yieldshelld (pid {pid}) still answers after 60 s")
+    if ctx.json {
+        render::json(&serde_json::json!({"stopped": true, "pid": pid}))?;
+    } else {
+        eprintln!("yieldshelld stopped");
+    }
+    Ok(exit::OK)
 }
 
 fn newest_log(dir: &Path) -> Option<PathBuf> {
@@ -176,12 +212,12 @@ fn newest_log(dir: &Path) -> Option<PathBuf> {
 async fn logs(ctx: &Ctx, follow: bool) -> anyhow::Result<u8> {
     let dir = match client::connect(&ctx.opts).await {
         Ok(mut conn) => {
-            let s = conn
-                .client
-                .status(pb::StatusRequest {})
-                .await
-                .map_err(ClientError::Rpc)?
-                .into_inner();
+            let s = client::unary(
+                &ctx.opts,
+                "Status",
+                conn.client.status(pb::StatusRequest {}),
+            )
+            .await?;
             PathBuf::from(bytes_os(&s.log_file))
         }
         Err(_) => yieldshell_proto::paths::default_state_dir()?.join("logs"),

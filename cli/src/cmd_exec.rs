@@ -1,8 +1,10 @@
 //! `yieldctl exec`: run a command through the daemon, with auto-yield.
 
+use std::ffi::OsString;
+
 use clap::Args;
 use yieldshell_proto::pb;
-use yieldshell_proto::session_config::{parse_side_effect_list, path_bytes};
+use yieldshell_proto::session_config::{os_bytes, parse_side_effect_list, path_bytes};
 use yieldshell_proto::views::ExecView;
 
 use crate::{Ctx, exit, render};
@@ -25,38 +27,47 @@ pub struct ExecArgs {
     /// Declared side effects, comma-separated (see the README for the list).
     #[arg(long, value_name = "LIST", default_value = "UNKNOWN")]
     side_effects: String,
-    /// Text written to the command's stdin right after it starts.
-    #[arg(long)]
-    stdin: Option<String>,
+    /// Text written to the command's stdin right after it starts (any bytes).
+    #[arg(long, value_parser = clap::value_parser!(OsString))]
+    stdin: Option<OsString>,
     /// Close stdin after writing --stdin (for commands that read to EOF).
     #[arg(long)]
     close_stdin: bool,
-    /// Set an environment variable for the command (repeatable).
-    #[arg(long = "env", value_name = "NAME=VALUE")]
-    env: Vec<String>,
+    /// Set an environment variable for the command (repeatable). The value may be any bytes:
+    /// environments are bytes, not text.
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = clap::value_parser!(OsString))]
+    env: Vec<OsString>,
     /// The command line (several words are joined with spaces and run by /bin/sh -c).
     #[arg(last = true, required = true, value_name = "COMMAND")]
-    command: Vec<std::ffi::OsString>,
+    command: Vec<OsString>,
+}
+
+/// Splits `NAME=VALUE` at the first `=`, as bytes.
+fn env_pair(pair: &OsString) -> anyhow::Result<pb::EnvVar> {
+    let bytes = os_bytes(pair);
+    let eq = bytes
+        .iter()
+        .position(|b| *b == b'=')
+        .ok_or_else(|| anyhow::anyhow!("--env expects NAME=VALUE, got {pair:?}"))?;
+    Ok(pb::EnvVar {
+        name: bytes[..eq].to_vec(),
+        value: bytes[eq + 1..].to_vec(),
+    })
 }
 
 pub async fn run(ctx: &Ctx, a: ExecArgs) -> anyhow::Result<u8> {
     let side_effects = parse_side_effect_list(&a.side_effects).map_err(anyhow::Error::msg)?;
-    let mut env = Vec::new();
-    for pair in &a.env {
-        let (name, value) = pair
-            .split_once('=')
-            .ok_or_else(|| anyhow::anyhow!("--env expects NAME=VALUE, got {pair:?}"))?;
-        env.push(pb::EnvVar {
-            name: name.as_bytes().to_vec(),
-            value: value.as_bytes().to_vec(),
-        });
-    }
+    let env = a
+        .env
+        .iter()
+        .map(env_pair)
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let mut command = Vec::new();
     for (i, word) in a.command.iter().enumerate() {
         if i > 0 {
             command.push(b' ');
         }
-        command.extend_from_slice(&yieldshell_proto::session_config::os_bytes(word));
+        command.extend_from_slice(&os_bytes(word));
     }
     let session = ctx.session()?;
     let req = pb::ExecRequest {
@@ -64,7 +75,7 @@ pub async fn run(ctx: &Ctx, a: ExecArgs) -> anyhow::Result<u8> {
         side_effects,
         cwd: a.cwd.as_deref().map(path_bytes),
         env,
-        stdin: a.stdin.map(String::into_bytes),
+        stdin: a.stdin.as_deref().map(os_bytes),
         close_stdin: a.close_stdin,
         name: a.name,
         yield_ms: a.yield_ms,

@@ -154,8 +154,9 @@ pub async fn stop(ctx: &Ctx, a: StopArgs) -> anyhow::Result<u8> {
 pub struct WriteArgs {
     /// Process id.
     id: String,
-    /// Text to write.
-    text: String,
+    /// Text to write (any bytes).
+    #[arg(value_parser = clap::value_parser!(std::ffi::OsString))]
+    text: std::ffi::OsString,
     /// Append a newline.
     #[arg(long)]
     newline: bool,
@@ -166,7 +167,7 @@ pub struct WriteArgs {
 
 pub async fn write(ctx: &Ctx, a: WriteArgs) -> anyhow::Result<u8> {
     let session = ctx.session()?;
-    let mut input = a.text.into_bytes();
+    let mut input = yieldshell_proto::session_config::os_bytes(&a.text);
     if a.newline {
         input.push(b'\n');
     }

@@ -21,6 +21,17 @@ pub enum StreamArg {
 }
 
 impl StreamArg {
+    /// Prints a window of output. With both streams each goes to its own descriptor, as the
+    /// process wrote it; a single selected stream is this command's output, so it goes to stdout
+    /// whichever it is (`read --stream stderr > errors.log` captures it).
+    fn print(self, stdout: &[u8], stderr: &[u8]) -> std::io::Result<()> {
+        render::stdout_bytes(stdout)?;
+        match self {
+            StreamArg::Both => render::stderr_bytes(stderr),
+            StreamArg::Stdout | StreamArg::Stderr => render::stdout_bytes(stderr),
+        }
+    }
+
     fn selection(self) -> StreamSelection {
         match self {
             StreamArg::Both => StreamSelection::Both,
@@ -98,8 +109,7 @@ pub async fn read(ctx: &Ctx, a: ReadArgs) -> anyhow::Result<u8> {
         (Some(_), _) => {
             let r = session.read(base.clone()).await?;
             let out = r.output.unwrap_or_default();
-            render::stdout_bytes(&out.stdout)?;
-            render::stderr_bytes(&out.stderr)?;
+            a.stream.print(&out.stdout, &out.stderr)?;
             out.next_seq
         }
         (None, since) => {
@@ -122,8 +132,7 @@ pub async fn read(ctx: &Ctx, a: ReadArgs) -> anyhow::Result<u8> {
                         }
                     );
                 }
-                render::stdout_bytes(&out.stdout)?;
-                render::stderr_bytes(&out.stderr)?;
+                a.stream.print(&out.stdout, &out.stderr)?;
                 since = out.next_seq;
                 if !out.has_more {
                     break;
@@ -153,8 +162,8 @@ pub async fn read(ctx: &Ctx, a: ReadArgs) -> anyhow::Result<u8> {
             );
         }
         match pb::Stream::try_from(ev.stream) {
-            Ok(pb::Stream::Stderr) => render::stderr_bytes(&ev.data)?,
-            _ => render::stdout_bytes(&ev.data)?,
+            Ok(pb::Stream::Stderr) => a.stream.print(&[], &ev.data)?,
+            _ => a.stream.print(&ev.data, &[])?,
         }
         since = since.max(ev.seq + ev.data.len() as u64);
         if ev.ended.is_some() {

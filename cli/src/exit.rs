@@ -5,7 +5,7 @@
 //! | 0 | success (also: stdout closed by the reader, e.g. `| head`) |
 //! | 1 | the daemon refused or reported an error (unknown id, policy, …); `service`, `man --dir`: a step failed or `install` refused |
 //! | 2 | usage error (bad arguments, bad `YIELDSHELL_*` configuration) |
-//! | 3 | no daemon could be reached or started |
+//! | 3 | no daemon could be reached or started, or it did not answer in time (`daemon_unavailable`) |
 //! | 4 | protocol mismatch between yieldctl and the daemon |
 //! | 70 | yieldctl itself failed (no runtime) |
 //! | `exec`/`wait`: the command's own exit code when it exited; 128+N when signal N ended it; 124 when it timed out (`timeout_ms`) or `wait` hit its deadline |

@@ -3,6 +3,12 @@
 //! Each subcommand lives in its own module. Human output by default; `--json` prints exactly the
 //! object the matching MCP tool returns (see `yieldshell_proto::views`). Exit codes are listed in
 //! [`exit`] and in the README.
+//!
+//! A reader that closes stdout early (`yieldctl ps | head -1`) is not an error: every write to
+//! stdout goes through [`render`] and reports the `BrokenPipe`, and [`report`] turns it into a
+//! quiet exit 0, for every command and format. `println!`, which would panic instead, is denied.
+
+#![deny(clippy::print_stdout)]
 
 mod cmd_daemon;
 mod cmd_docs;
@@ -158,7 +164,8 @@ fn report(ctx: &Ctx, e: &anyhow::Error) -> std::process::ExitCode {
             "error": format!("{e:#}"),
             "error_kind": kind.map(|k| k.as_str()),
         });
-        println!("{body}");
+        // The exit code carries the error even when stdout is closed too.
+        let _ = render::json(&body);
     } else {
         eprintln!("yieldctl: {e:#}");
     }

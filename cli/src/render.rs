@@ -5,6 +5,10 @@
 //! escaped, so a command line with escape sequences cannot repaint the user's terminal. The only
 //! escape sequences `yieldctl` itself prints are the colours of [`crate::style`], and only when
 //! the caller asked for them.
+//!
+//! Every write to stdout goes through this module and returns its `io::Error`, never panics
+//! (`println!` is denied in this crate): a reader that closed the pipe (`| head`) surfaces as
+//! `ErrorKind::BrokenPipe`, which `main` turns into a quiet exit 0 for every command and format.
 
 use std::io::Write;
 
@@ -32,13 +36,22 @@ pub fn stderr_bytes(b: &[u8]) -> std::io::Result<()> {
     err.flush()
 }
 
-/// Prints a JSON object on one line.
-pub fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
+/// Writes one line of text to stdout: `println!` that reports a closed stdout instead of
+/// panicking.
+pub fn line(text: std::fmt::Arguments<'_>) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
-    serde_json::to_writer(&mut out, value)?;
+    out.write_fmt(text)?;
     out.write_all(b"\n")?;
-    out.flush()?;
-    Ok(())
+    out.flush()
+}
+
+/// Prints a JSON object on one line. A failed write is the `io::Error` itself (not wrapped in a
+/// `serde_json::Error`), so a closed stdout is recognised as one.
+pub fn json<T: Serialize>(value: &T) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, value).map_err(std::io::Error::from)?;
+    out.write_all(b"\n")?;
+    out.flush()
 }
 
 /// Escapes control characters and invalid UTF-8 for display in a table cell.

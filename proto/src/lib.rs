@@ -11,14 +11,20 @@
 //!   `YIELDSHELL_*` variables and validated before anything is sent.
 //! - [`client`]: connect, version handshake, race-safe daemon auto-start, and a [`client::Session`]
 //!   that reopens itself after a daemon restart.
+//! - [`deadlines`]: how long a client waits for each call before it calls the daemon
+//!   unresponsive.
+//! - [`instance_lock`]: the daemon's instance lock as clients read it (its pid; whether it has
+//!   exited).
 //! - [`status_names`]: the lowercase names of the status enums (`running`, `backgrounded`, …).
 //! - `views` (feature `views`): the JSON objects the MCP tools return, with the hints they carry;
 //!   `yieldctl --json` prints the same ones. Behind a feature so the daemon, which returns facts
 //!   only, does not compile serde and schemars.
 
 pub mod client;
+pub mod deadlines;
 pub mod errors;
 pub mod ids;
+pub mod instance_lock;
 pub mod paths;
 pub mod session_config;
 pub mod status_names;

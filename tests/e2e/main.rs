@@ -5,6 +5,7 @@ mod helper;
 mod mcp;
 
 mod cli;
+mod client_robustness;
 mod daemon_exec;
 mod daemon_inputs;
 mod daemon_lifecycle;

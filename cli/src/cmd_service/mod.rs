@@ -189,31 +189,31 @@ fn print_status(ctx: &Ctx, s: &Status) -> anyhow::Result<u8> {
         render::json(s)?;
         return Ok(exit::OK);
     }
-    println!("manager      {}", s.manager);
-    println!("directory    {}", s.dir.display());
+    render::line(format_args!("manager      {}", s.manager))?;
+    render::line(format_args!("directory    {}", s.dir.display()))?;
     for u in &s.units {
         let file = match (u.installed, u.up_to_date) {
             (false, _) => "not installed",
             (true, Some(false)) => "installed, differs from what `service install` writes now",
             (true, _) => "installed",
         };
-        println!("{}", u.name);
-        println!("  file       {file}");
-        println!("  enabled    {}", u.enabled);
-        println!("  active     {}", u.active);
+        render::line(format_args!("{}", u.name))?;
+        render::line(format_args!("  file       {file}"))?;
+        render::line(format_args!("  enabled    {}", u.enabled))?;
+        render::line(format_args!("  active     {}", u.active))?;
     }
     if let Some(bin) = &s.installed_binary {
-        println!("binary       {bin}");
+        render::line(format_args!("binary       {bin}"))?;
     }
     if let Some(socket) = &s.socket {
-        println!("socket       {}", socket.display());
+        render::line(format_args!("socket       {}", socket.display()))?;
     }
     match s.daemon_pid {
-        Some(pid) => println!("daemon       pid {pid}"),
-        None => println!("daemon       not running"),
+        Some(pid) => render::line(format_args!("daemon       pid {pid}"))?,
+        None => render::line(format_args!("daemon       not running"))?,
     }
     for note in &s.notes {
-        println!("note         {note}");
+        render::line(format_args!("note         {note}"))?;
     }
     Ok(exit::OK)
 }

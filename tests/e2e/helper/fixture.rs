@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use yieldshell_proto::client::{ConnectOptions, Session};
+use yieldshell_proto::deadlines::Deadlines;
 use yieldshell_proto::pb;
 use yieldshell_proto::session_config::SessionConfig;
 
@@ -189,6 +190,14 @@ impl TestDaemon {
             daemon_bin: Some(bin("yieldshelld")),
             client_name: "e2e".into(),
             start_timeout: TIMEOUT,
+            // The helper's generic `Session::call`s carry long polls of up to TIMEOUT and huge
+            // requests a debug daemon takes a minute over (B4's 100k variables): a deadline
+            // that only ends a hang. The client deadlines themselves are tested with the real
+            // binaries' defaults.
+            deadlines: Deadlines {
+                rpc: 10 * TIMEOUT,
+                ..Deadlines::default()
+            },
         }
     }
 

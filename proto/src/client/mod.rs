@@ -12,6 +12,13 @@
 //!
 //! The daemon's own instance lock is the last line of defence: a second daemon exits at once.
 //! `YIELDSHELL_NO_AUTOSTART=1` turns step 4 into a clear error.
+//!
+//! # Deadlines
+//! Every call is bounded ([`crate::deadlines`] has the rules): connect and handshake by
+//! [`Deadlines::connect`], each RPC by [`Deadlines::rpc`] or, for long polls, by their own
+//! duration plus that margin. A daemon that does not answer in time (stopped with `kill -STOP`,
+//! hung) is reported as [`ClientError::Unresponsive`], kind `daemon_unavailable`, naming the pid
+//! from its instance lock; it is never auto-started over, since it still holds that lock.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -19,11 +26,16 @@ use std::time::{Duration, Instant};
 
 use tonic::transport::Channel;
 
+use crate::deadlines::Deadlines;
 use crate::errors::ErrorKind;
+use crate::instance_lock;
 use crate::paths::{self, PathError};
 use crate::pb;
 use crate::pb::control_client::ControlClient;
-use crate::session_config::SessionConfig;
+
+mod session;
+
+pub use session::Session;
 
 /// Largest message either side accepts. Responses are bounded by `max_output_bytes` caps far
 /// below this; the limit exists so a bug or hostile peer cannot make us allocate without bound.
@@ -72,6 +84,48 @@ pub enum ClientError {
         "lost the connection to yieldshelld ({0}); the daemon may have restarted — the next call reconnects"
     )]
     ConnectionLost(String),
+    /// A daemon holds the socket but did not answer within the deadline: it is stopped
+    /// (`kill -STOP`), hung or badly overloaded.
+    #[error("{}", unresponsive_message(.what, *.waited, .pid, .lock_file, .socket))]
+    Unresponsive {
+        /// The call that got no answer (`the handshake`, `List`, …).
+        what: String,
+        /// How long we waited.
+        waited: Duration,
+        /// The daemon's pid from its instance lock, when the lock file names one.
+        pid: Option<u32>,
+        /// The instance lock the pid was read from.
+        lock_file: PathBuf,
+        /// The socket.
+        socket: PathBuf,
+    },
+}
+
+/// What to say about a daemon that does not answer: which one, and what the user can do.
+fn unresponsive_message(
+    what: &str,
+    waited: Duration,
+    pid: &Option<u32>,
+    lock_file: &Path,
+    socket: &Path,
+) -> String {
+    let (who, pid) = match pid {
+        Some(pid) => (format!("yieldshelld (pid {pid})"), pid.to_string()),
+        None => (
+            format!(
+                "yieldshelld (pid unknown: {} names none)",
+                lock_file.display()
+            ),
+            "<pid>".to_string(),
+        ),
+    };
+    format!(
+        "{who} did not answer {what} within {waited:?} on {}: it is stopped (kill -STOP, Ctrl-Z), \
+         hung or overloaded. Check it with `yieldctl daemon status`; resume a stopped daemon with \
+         `kill -CONT {pid}`; restart a hung one with `kill {pid}` (`kill -9 {pid}` if it does not \
+         exit) and `yieldctl daemon start`",
+        socket.display()
+    )
 }
 
 impl ClientError {
@@ -82,7 +136,8 @@ impl ClientError {
             ClientError::ProtocolMismatch(_) => ErrorKind::ProtocolMismatch,
             ClientError::NoDaemon { .. }
             | ClientError::StartFailed { .. }
-            | ClientError::ConnectionLost(_) => ErrorKind::DaemonUnavailable,
+            | ClientError::ConnectionLost(_)
+            | ClientError::Unresponsive { .. } => ErrorKind::DaemonUnavailable,
             ClientError::Path(_) => ErrorKind::Internal,
         }
     }
@@ -103,6 +158,8 @@ pub struct ConnectOptions {
     pub client_name: String,
     /// How long to wait for a started daemon.
     pub start_timeout: Duration,
+    /// How long to wait for each call (see [`crate::deadlines`]).
+    pub deadlines: Deadlines,
 }
 
 impl ConnectOptions {
@@ -119,7 +176,64 @@ impl ConnectOptions {
                 .map(PathBuf::from),
             client_name: client_name.to_string(),
             start_timeout: DEFAULT_START_TIMEOUT,
+            deadlines: Deadlines::default(),
         }
+    }
+
+    /// The state directory whose instance lock names the daemon: the configured one, else the
+    /// default. `None` when neither can be determined.
+    pub fn effective_state_dir(&self) -> Option<PathBuf> {
+        self.state_dir
+            .clone()
+            .or_else(|| paths::default_state_dir().ok())
+    }
+
+    /// The error for a daemon that did not answer `what` within `waited`, naming its pid.
+    pub fn unresponsive(&self, what: &str, waited: Duration) -> ClientError {
+        let state_dir = self.effective_state_dir();
+        ClientError::Unresponsive {
+            what: what.to_string(),
+            waited,
+            pid: state_dir.as_deref().and_then(instance_lock::recorded_pid),
+            lock_file: state_dir.map_or_else(
+                || PathBuf::from(instance_lock::LOCK_FILE_NAME),
+                |dir| instance_lock::lock_path(&dir),
+            ),
+            socket: self.socket.clone(),
+        }
+    }
+}
+
+/// Runs one call on a raw client within `deadline`: the answer, the daemon's error, or
+/// [`ClientError::Unresponsive`] when it does not answer in time. A broken connection is
+/// [`ClientError::ConnectionLost`].
+pub async fn within<T>(
+    opts: &ConnectOptions,
+    what: &str,
+    deadline: Duration,
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, ClientError> {
+    match tokio::time::timeout(deadline, call).await {
+        Ok(Ok(resp)) => Ok(resp.into_inner()),
+        Ok(Err(status)) => Err(rpc_error(status)),
+        Err(_) => Err(opts.unresponsive(what, deadline)),
+    }
+}
+
+/// Runs one unary call on a raw client within [`Deadlines::rpc`] (see [`within`]).
+pub async fn unary<T>(
+    opts: &ConnectOptions,
+    what: &str,
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, ClientError> {
+    within(opts, what, opts.deadlines.rpc, call).await
+}
+
+/// A daemon's error status as a client error: transport failures are a lost connection.
+fn rpc_error(status: tonic::Status) -> ClientError {
+    match ErrorKind::of_status(&status) {
+        ErrorKind::DaemonUnavailable => ClientError::ConnectionLost(status.message().to_string()),
+        _ => ClientError::Rpc(status),
     }
 }
 
@@ -192,11 +306,21 @@ enum Probe {
     Unusable(ClientError),
 }
 
-/// Connects and handshakes, without starting a daemon.
+/// Connects and handshakes, without starting a daemon, within [`Deadlines::connect`]. A daemon
+/// that accepts the connection but does not answer in time is unusable (it still holds the
+/// instance lock, so starting another would fail).
 async fn try_connect(opts: &ConnectOptions) -> Probe {
     if let Err(e) = paths::check_socket_path_len(&opts.socket) {
         return Probe::Unusable(e.into());
     }
+    let deadline = opts.deadlines.connect;
+    match tokio::time::timeout(deadline, connect_and_handshake(opts)).await {
+        Ok(probe) => probe,
+        Err(_) => Probe::Unusable(opts.unresponsive("the handshake", deadline)),
+    }
+}
+
+async fn connect_and_handshake(opts: &ConnectOptions) -> Probe {
     let channel = match open_channel(&opts.socket).await {
         Ok(c) => c,
         Err(reason) => return Probe::NoAnswer(reason),
@@ -252,12 +376,7 @@ pub async fn connect_or_start(opts: &ConnectOptions) -> Result<Connection, Clien
             reason: first,
         });
     }
-    let socket_dir = opts
-        .socket
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
-        .to_path_buf();
+    let socket_dir = socket_dir(&opts.socket);
     paths::ensure_private_dir(&socket_dir)?;
 
     let deadline = Instant::now() + opts.start_timeout;
@@ -273,23 +392,57 @@ pub async fn connect_or_start(opts: &ConnectOptions) -> Result<Connection, Clien
     result
 }
 
-async fn acquire_start_lock(
-    socket_dir: &Path,
-    deadline: Instant,
-    socket: &Path,
-) -> Result<std::fs::File, ClientError> {
+/// The directory holding the socket, the start lock and the start log.
+fn socket_dir(socket: &Path) -> PathBuf {
+    socket
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_path_buf()
+}
+
+/// Opens (creating it) the start lock beside the socket, which clients hold while they start a
+/// daemon.
+fn open_start_lock(socket_dir: &Path) -> io::Result<(std::fs::File, PathBuf)> {
     let path = socket_dir.join("yieldshelld.start.lock");
     // std opens files close-on-exec, so the daemon we spawn never inherits this lock.
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(&path)
-        .map_err(|source| PathError::Io {
-            what: "opening start lock",
-            path: path.clone(),
-            source,
-        })?;
+        .open(&path)?;
+    Ok((file, path))
+}
+
+/// Whether the daemon `pid` serving `socket` with `state_dir` has exited: its instance lock is
+/// free, or already names another daemon. `None` means "ask again": another client holds the
+/// start lock, and the probe (which takes the instance lock for an instant) must not make that
+/// client's new daemon find its instance lock taken.
+pub fn daemon_has_exited(socket: &Path, state_dir: &Path, pid: u32) -> io::Result<Option<bool>> {
+    if instance_lock::recorded_pid(state_dir).is_some_and(|recorded| recorded != pid) {
+        return Ok(Some(true));
+    }
+    let (start_lock, _) = open_start_lock(&socket_dir(socket))?;
+    match start_lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => return Err(e),
+    }
+    let held = instance_lock::is_held(state_dir)?;
+    drop(start_lock);
+    Ok(Some(!held))
+}
+
+async fn acquire_start_lock(
+    socket_dir: &Path,
+    deadline: Instant,
+    socket: &Path,
+) -> Result<std::fs::File, ClientError> {
+    let (file, path) = open_start_lock(socket_dir).map_err(|source| PathError::Io {
+        what: "opening start lock",
+        path: socket_dir.join("yieldshelld.start.lock"),
+        source,
+    })?;
     loop {
         match file.try_lock() {
             Ok(()) => return Ok(file),
@@ -459,192 +612,6 @@ fn detach(cmd: &mut std::process::Command) {
     cmd.creation_flags(DETACHED_PROCESS | CREATE_NEW_PROCESS_GROUP);
 }
 
-/// A client session: the context sent with `OpenSession`, and a connection that is re-established
-/// (daemon started again if need be, session reopened) after the daemon restarts.
-#[derive(Debug)]
-pub struct Session {
-    opts: ConnectOptions,
-    open: pb::OpenSessionRequest,
-    conn: tokio::sync::Mutex<Option<Client>>,
-}
-
-impl Session {
-    /// A new session with a fresh id; nothing is sent until the first call.
-    pub fn new(opts: ConnectOptions, config: &SessionConfig) -> Session {
-        let id = uuid::Uuid::new_v4().to_string();
-        let open = config.open_request(&id, &opts.client_name);
-        Session {
-            opts,
-            open,
-            conn: tokio::sync::Mutex::new(None),
-        }
-    }
-
-    /// The session id to put in every request.
-    pub fn id(&self) -> &str {
-        &self.open.session_id
-    }
-
-    /// The connection options.
-    pub fn options(&self) -> &ConnectOptions {
-        &self.opts
-    }
-
-    async fn open_session(&self, client: &mut Client) -> Result<(), ClientError> {
-        client.open_session(self.open.clone()).await.map_err(
-            |status| match ErrorKind::of_status(&status) {
-                ErrorKind::DaemonUnavailable => {
-                    ClientError::ConnectionLost(status.message().to_string())
-                }
-                _ => ClientError::Rpc(status),
-            },
-        )?;
-        Ok(())
-    }
-
-    /// A connected client with this session open, connecting (and starting the daemon) first if
-    /// needed.
-    pub async fn client(&self) -> Result<Client, ClientError> {
-        let mut guard = self.conn.lock().await;
-        if let Some(c) = guard.as_ref() {
-            return Ok(c.clone());
-        }
-        let mut conn = connect_or_start(&self.opts).await?;
-        self.open_session(&mut conn.client).await?;
-        *guard = Some(conn.client.clone());
-        Ok(conn.client)
-    }
-
-    /// Forgets the connection, so the next call reconnects.
-    pub async fn reset(&self) {
-        *self.conn.lock().await = None;
-    }
-
-    /// Runs one RPC. A daemon that forgot the session (it restarted) gets it reopened and the
-    /// call is retried once — safe, because an unknown session is refused before anything
-    /// happens. A broken connection is reported and forgotten; the next call reconnects.
-    pub async fn call<T, F, Fut>(&self, rpc: F) -> Result<T, ClientError>
-    where
-        F: Fn(Client) -> Fut,
-        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-    {
-        let mut client = self.client().await?;
-        let mut reopened = false;
-        loop {
-            match rpc(client.clone()).await {
-                Ok(resp) => return Ok(resp.into_inner()),
-                Err(status) => match ErrorKind::of_status(&status) {
-                    ErrorKind::UnknownSession if !reopened => {
-                        reopened = true;
-                        self.open_session(&mut client).await?;
-                    }
-                    ErrorKind::DaemonUnavailable => {
-                        self.reset().await;
-                        return Err(ClientError::ConnectionLost(status.message().to_string()));
-                    }
-                    _ => return Err(ClientError::Rpc(status)),
-                },
-            }
-        }
-    }
-
-    /// Starts a command (`Exec`). The request's `session_id` is set to this session's.
-    pub async fn exec(&self, mut req: pb::ExecRequest) -> Result<pb::ExecResponse, ClientError> {
-        req.session_id = self.id().to_string();
-        self.call(|mut c| {
-            let req = req.clone();
-            async move { c.exec(req).await }
-        })
-        .await
-    }
-
-    /// Reads a window of a process's output (`Read`).
-    pub async fn read(&self, mut req: pb::ReadRequest) -> Result<pb::ReadResponse, ClientError> {
-        req.session_id = self.id().to_string();
-        self.call(|mut c| {
-            let req = req.clone();
-            async move { c.read(req).await }
-        })
-        .await
-    }
-
-    /// Streams a process's output as it comes (`Follow`).
-    pub async fn follow(
-        &self,
-        mut req: pb::FollowRequest,
-    ) -> Result<tonic::Streaming<pb::FollowEvent>, ClientError> {
-        req.session_id = self.id().to_string();
-        self.call(|mut c| {
-            let req = req.clone();
-            async move { c.follow(req).await }
-        })
-        .await
-    }
-
-    /// Writes to a process's stdin (`Write`).
-    pub async fn write(&self, mut req: pb::WriteRequest) -> Result<pb::WriteResponse, ClientError> {
-        req.session_id = self.id().to_string();
-        self.call(|mut c| {
-            let req = req.clone();
-            async move { c.write(req).await }
-        })
-        .await
-    }
-
-    /// Blocks until a process exits, an output line matches, or the timeout passes (`Wait`).
-    pub async fn wait(&self, mut req: pb::WaitRequest) -> Result<pb::WaitResponse, ClientError> {
-        req.session_id = self.id().to_string();
-        self.call(|mut c| {
-            let req = req.clone();
-            async move { c.wait(req).await }
-        })
-        .await
-    }
-
-    /// Stops a process tree (`Stop`).
-    pub async fn stop(&self, mut req: pb::StopRequest) -> Result<pb::StopResponse, ClientError> {
-        req.session_id = self.id().to_string();
-        self.call(|mut c| {
-            let req = req.clone();
-            async move { c.stop(req).await }
-        })
-        .await
-    }
-
-    /// Lists managed processes (`List`).
-    pub async fn list(&self, mut req: pb::ListRequest) -> Result<pb::ListResponse, ClientError> {
-        req.session_id = self.id().to_string();
-        self.call(|mut c| {
-            let req = req.clone();
-            async move { c.list(req).await }
-        })
-        .await
-    }
-
-    /// Removes records of ended processes (`Cleanup`).
-    pub async fn cleanup(
-        &self,
-        mut req: pb::CleanupRequest,
-    ) -> Result<pb::CleanupResponse, ClientError> {
-        req.session_id = self.id().to_string();
-        self.call(|mut c| {
-            let req = req.clone();
-            async move { c.cleanup(req).await }
-        })
-        .await
-    }
-
-    /// Lists this session's project processes only when a daemon already runs: connects without
-    /// starting one, opens the session, lists. `None` when no daemon answers or any step fails
-    /// (for optional extras, such as the MCP instructions, that must not start a daemon).
-    pub async fn list_if_running(&self, mut req: pb::ListRequest) -> Option<pb::ListResponse> {
-        let mut conn = connect(&self.opts).await.ok()?;
-        conn.client.open_session(self.open.clone()).await.ok()?;
-        req.session_id = self.id().to_string();
-        Some(conn.client.list(req).await.ok()?.into_inner())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -657,5 +624,33 @@ mod tests {
         assert!(!inherited_by_daemon("GITHUB_TOKEN"));
         assert!(!inherited_by_daemon("YIELDSHELL_ALLOWED_CWDS"));
         assert!(!inherited_by_daemon("AWS_SECRET_ACCESS_KEY"));
+    }
+
+    #[test]
+    fn an_unresponsive_daemon_is_named_with_what_to_do() {
+        let error = |pid| ClientError::Unresponsive {
+            what: "List".into(),
+            waited: Duration::from_secs(20),
+            pid,
+            lock_file: PathBuf::from("state/yieldshelld.lock"),
+            socket: PathBuf::from("run/d.sock"),
+        };
+        let known = error(Some(4242));
+        assert_eq!(known.kind(), ErrorKind::DaemonUnavailable);
+        let text = known.to_string();
+        for part in [
+            "yieldshelld (pid 4242) did not answer List within 20s on run/d.sock",
+            "yieldctl daemon status",
+            "kill -CONT 4242",
+            "yieldctl daemon start",
+        ] {
+            assert!(text.contains(part), "{part:?} missing from: {text}");
+        }
+        let unknown = error(None).to_string();
+        assert!(
+            unknown.contains("pid unknown: state/yieldshelld.lock names none")
+                && unknown.contains("kill -CONT <pid>"),
+            "{unknown}"
+        );
     }
 }
