@@ -54,7 +54,13 @@ fn policy() -> Policy {
 /// The issue's variables, the irregular names, members of the families and names with a
 /// refused word, in upper or lower case.
 fn risky_name() -> impl Strategy<Value = String> {
-    let issue = prop::sample::select(super::risky_env::KNOWN_RISKY).prop_map(str::to_string);
+    // Names a shell line can assign (`BASH_FUNC_ls%%` arrives only through the environment;
+    // in `${X:=v}` it would read as the `%%` operator, not an assignment).
+    let issue = prop::sample::select(super::risky_env::KNOWN_RISKY)
+        .prop_filter("a shell variable name", |n| {
+            n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        })
+        .prop_map(str::to_string);
     let irregular = prop::sample::select(NAMES).prop_map(str::to_string);
     let family = (prop::sample::select(FAMILIES), "[A-Z0-9]{0,8}")
         .prop_map(|(prefix, rest)| format!("{prefix}{rest}"))
