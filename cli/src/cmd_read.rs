@@ -104,6 +104,9 @@ pub async fn read(ctx: &Ctx, a: ReadArgs) -> anyhow::Result<u8> {
             Err(e) => process_error(ctx, &a.id, e),
         };
     }
+    // Whether bytes in the range asked for were retained nowhere (evicted from the ring without
+    // --all, past the spool's cap, or never written because the disk was full).
+    let mut incomplete = false;
     // Where printing starts: the tail, or a page-by-page walk from --since / the oldest byte.
     let mut since = match (a.tail, a.since) {
         (Some(_), _) => {
@@ -122,8 +125,12 @@ pub async fn read(ctx: &Ctx, a: ReadArgs) -> anyhow::Result<u8> {
                 };
                 let out = session.read(req).await?.output.unwrap_or_default();
                 if out.truncated {
+                    // Said where the bytes are missing, and in the exit code.
+                    incomplete = true;
                     eprintln!(
-                        "[yieldctl: output before seq {} is no longer retained{}]",
+                        "[yieldctl: {} bytes (seq {}..{}) are retained nowhere{}]",
+                        out.first_seq.saturating_sub(since),
+                        since,
                         out.first_seq,
                         if a.all {
                             ""
@@ -141,8 +148,13 @@ pub async fn read(ctx: &Ctx, a: ReadArgs) -> anyhow::Result<u8> {
             since
         }
     };
+    let done = if incomplete {
+        exit::INCOMPLETE
+    } else {
+        exit::OK
+    };
     if !a.follow {
-        return Ok(exit::OK);
+        return Ok(done);
     }
     let req = pb::FollowRequest {
         process_id: a.id.clone(),
@@ -154,8 +166,9 @@ pub async fn read(ctx: &Ctx, a: ReadArgs) -> anyhow::Result<u8> {
     while let Some(ev) = stream.next().await {
         let ev = ev.map_err(ClientError::Rpc)?;
         if ev.dropped_to > ev.dropped_from {
+            incomplete = true;
             eprintln!(
-                "[yieldctl: {} bytes (seq {}..{}) were no longer retained]",
+                "[yieldctl: {} bytes (seq {}..{}) are retained nowhere]",
                 ev.dropped_to - ev.dropped_from,
                 ev.dropped_from,
                 ev.dropped_to
@@ -170,7 +183,7 @@ pub async fn read(ctx: &Ctx, a: ReadArgs) -> anyhow::Result<u8> {
             break;
         }
     }
-    Ok(exit::OK)
+    Ok(if incomplete { exit::INCOMPLETE } else { done })
 }
 
 /// Arguments of `wait`.

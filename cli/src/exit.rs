@@ -7,6 +7,7 @@
 //! | 2 | usage error (bad arguments, bad `YIELDSHELL_*` configuration) |
 //! | 3 | no daemon could be reached or started, or it did not answer in time (`daemon_unavailable`) |
 //! | 4 | protocol mismatch between yieldctl and the daemon |
+//! | 5 | `read`: what was printed is incomplete — bytes in the range asked for are retained nowhere (each gap is named on stderr where it occurs) |
 //! | 70 | yieldctl itself failed (no runtime) |
 //! | `exec`/`wait`: the command's own exit code when it exited; 128+N when signal N ended it; 124 when it timed out (`timeout_ms`) or `wait` hit its deadline |
 
@@ -22,6 +23,8 @@ pub const USAGE: u8 = 2;
 pub const UNAVAILABLE: u8 = 3;
 /// Incompatible daemon.
 pub const PROTOCOL: u8 = 4;
+/// `read` printed everything there is, but bytes in the range asked for are retained nowhere.
+pub const INCOMPLETE: u8 = 5;
 /// Timed out (like timeout(1)).
 pub const TIMED_OUT: u8 = 124;
 /// yieldctl itself failed (like sysexits' EX_SOFTWARE).

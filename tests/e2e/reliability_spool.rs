@@ -197,6 +197,23 @@ async fn a_full_disk_makes_a_reported_gap_and_the_spool_recovers() {
     assert_eq!(last_line, 130_000, "the end of the output is all there");
     let info = c.read_since(&id, 1, 1).await.process.expect("process");
     assert!(info.spool_dropped_bytes > 0, "the loss is counted");
+    // yieldctl says it where the bytes are missing, and in its exit code.
+    let out = run(d.yieldctl().args(["read", &id, "--all"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{stderr}");
+    assert!(stderr.contains("are retained nowhere"), "{stderr}");
+    assert!(out.stdout.ends_with(b"line 130000\n"));
+    let complete = c
+        .exec("echo whole")
+        .await
+        .process
+        .expect("process")
+        .process_id;
+    let out = run(d.yieldctl().args(["read", &complete, "--all"]));
+    assert_eq!(
+        (out.status.code(), out.stdout.as_slice()),
+        (Some(0), &b"whole\n"[..])
+    );
     drop(c);
     d.terminate();
     drop(disk);
