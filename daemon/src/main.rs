@@ -29,6 +29,9 @@ struct Args {
 /// Log lines that may wait for the writer thread.
 const LOG_QUEUE_LINES: usize = 4096;
 
+/// Most threads of the runtime's blocking pool (see `real_main`).
+const BLOCKING_THREADS: usize = 4;
+
 fn init_logging(
     log_dir: &std::path::Path,
     to_stderr: bool,
@@ -138,9 +141,14 @@ fn real_main(args: Args) -> anyhow::Result<()> {
         config_file,
         file,
     };
+    // A small blocking pool: `exec`'s start, `/proc` scans and spool reads are short and
+    // frequent, and an unbounded pool grows to hundreds of threads under a burst of execs —
+    // each with its own malloc arena (RSS that never comes back) and each one more task for the
+    // subreaper's `/proc/self/task/*/children` scan after every process.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("yieldshelld")
+        .max_blocking_threads(BLOCKING_THREADS)
         .build()?;
     runtime.block_on(yieldshelld::run(config, log_dir))
 }
