@@ -53,6 +53,21 @@ fn ready_sleep(secs: u64) {
 /// Raw fd that the SIGTERM handler of `trap-term` appends to.
 static TRAP_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 
+/// From now on, each SIGTERM appends `TERM` to `path` instead of ending the process.
+fn note_sigterm_in(path: &str) {
+    use std::os::fd::IntoRawFd;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("trap file");
+    TRAP_FD.store(file.into_raw_fd(), std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: the handler only calls write(2).
+    unsafe {
+        libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
+    }
+}
+
 extern "C" fn on_term(_: libc::c_int) {
     let fd = TRAP_FD.load(std::sync::atomic::Ordering::Relaxed);
     // SAFETY: write(2) is async-signal-safe; the buffer is a static string.
@@ -139,17 +154,7 @@ fn main() {
         }
         "exit" => std::process::exit(arg_u64(&args, 2, 0) as i32),
         "trap-term" => {
-            use std::os::fd::IntoRawFd;
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(args.get(2).map(String::as_str).unwrap_or("trap-term.log"))
-                .expect("trap file");
-            TRAP_FD.store(file.into_raw_fd(), std::sync::atomic::Ordering::Relaxed);
-            // SAFETY: the handler only calls write(2).
-            unsafe {
-                libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
-            }
+            note_sigterm_in(args.get(2).map(String::as_str).unwrap_or("trap-term.log"));
             ready_sleep(arg_u64(&args, 3, 60));
         }
         "setpgid" => {
@@ -160,19 +165,9 @@ fn main() {
         "setpgid-trap-term" => {
             // A process in a group of its own (still in the shell's session) that notes each
             // SIGTERM in a file and keeps running.
-            use std::os::fd::IntoRawFd;
             let _ =
                 nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0));
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(args.get(2).map(String::as_str).unwrap_or("trap-term.log"))
-                .expect("trap file");
-            TRAP_FD.store(file.into_raw_fd(), std::sync::atomic::Ordering::Relaxed);
-            // SAFETY: the handler only calls write(2).
-            unsafe {
-                libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
-            }
+            note_sigterm_in(args.get(2).map(String::as_str).unwrap_or("trap-term.log"));
             ready_sleep(arg_u64(&args, 3, 60));
         }
         "double-fork" => {
