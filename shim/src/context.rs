@@ -50,13 +50,37 @@ pub fn schema_object(v: Value) -> JsonObject {
     }
 }
 
-/// The JSON Schema of `T`, without the `$schema` key (MCP tool schemas are plain objects).
+/// The JSON Schema of `T`, without the `$schema` key (MCP tool schemas are plain objects) and
+/// without schemars' numeric `format`s (`uint32`, `int64`, `double`, …): they are not JSON
+/// Schema formats, and strict validators (the MCP Inspector's ajv) warn about every one.
 pub fn schema_of<T: JsonSchema>() -> Value {
     let mut v = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null);
     if let Value::Object(m) = &mut v {
         m.remove("$schema");
     }
+    drop_numeric_formats(&mut v);
     v
+}
+
+/// Removes `format` keys that name Rust number types, everywhere in a schema.
+fn drop_numeric_formats(v: &mut Value) {
+    const NUMERIC: [&str; 14] = [
+        "int", "int8", "int16", "int32", "int64", "int128", "uint", "uint8", "uint16", "uint32",
+        "uint64", "uint128", "float", "double",
+    ];
+    match v {
+        Value::Object(m) => {
+            if m.get("format")
+                .and_then(Value::as_str)
+                .is_some_and(|f| NUMERIC.contains(&f))
+            {
+                m.remove("format");
+            }
+            m.values_mut().for_each(drop_numeric_formats);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_numeric_formats),
+        _ => {}
+    }
 }
 
 /// Looks a variable up in a session's environment snapshot (the shim's own environment), where
@@ -74,4 +98,23 @@ pub fn env_var_set(config: &SessionConfig, name: &str) -> Option<String> {
     env_var(config, name)
         .map(|v| v.trim().to_string())
         .filter(|v| !v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemas_carry_no_rust_number_formats() {
+        #[derive(JsonSchema)]
+        #[allow(dead_code)]
+        struct Sample {
+            count: u32,
+            items: Vec<i64>,
+            ratio: f64,
+        }
+        let text = schema_of::<Sample>().to_string();
+        assert!(!text.contains("\"format\""), "{text}");
+        assert!(text.contains("\"integer\""), "{text}");
+    }
 }

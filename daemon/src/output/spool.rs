@@ -558,6 +558,15 @@ mod tests {
         }
     }
 
+    /// Writes segment 0 full of `a` and puts a directory where segment 1 goes, so the next
+    /// write fails as a full disk would fail it (until the directory is removed).
+    fn fill_segment_0_and_block_segment_1(dir: &Path, b: &mut SpoolBuffer, f: &mut SpoolFiles) {
+        let seg = usize::try_from(SEGMENT_BYTES).expect("segment size");
+        b.append(Stream::Stdout, &vec![b'a'; seg]);
+        flush(b, f);
+        std::fs::create_dir(segment_path(dir, 1)).expect("mkdir");
+    }
+
     fn run(seq: u64, s: Stream, b: &[u8]) -> SpoolPiece {
         SpoolPiece::Run(seq, s, b.to_vec())
     }
@@ -662,10 +671,7 @@ mod tests {
     fn a_failed_write_leaves_a_recorded_gap_and_the_spool_recovers() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (mut b, mut f) = spool(dir.path(), 1 << 30);
-        let seg = usize::try_from(SEGMENT_BYTES).expect("segment size");
-        b.append(Stream::Stdout, &vec![b'a'; seg]);
-        flush(&mut b, &mut f);
-        std::fs::create_dir(segment_path(dir.path(), 1)).expect("mkdir");
+        fill_segment_0_and_block_segment_1(dir.path(), &mut b, &mut f);
         b.append(Stream::Stderr, b"lost!");
         flush(&mut b, &mut f);
         assert!(f.failing.is_some());
@@ -719,10 +725,7 @@ mod tests {
     fn switches_of_a_failed_batch_never_describe_its_missing_bytes() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (mut b, mut f) = spool(dir.path(), 1 << 30);
-        let seg = usize::try_from(SEGMENT_BYTES).expect("segment size");
-        b.append(Stream::Stdout, &vec![b'a'; seg]);
-        flush(&mut b, &mut f);
-        std::fs::create_dir(segment_path(dir.path(), 1)).expect("mkdir");
+        fill_segment_0_and_block_segment_1(dir.path(), &mut b, &mut f);
         b.append(Stream::Stdout, b"xxxxx");
         b.append(Stream::Stderr, b"yyyyy");
         flush(&mut b, &mut f);

@@ -3,6 +3,21 @@
 
 use super::*;
 
+/// Appends stdout bytes whose spool batch is lost, as a failed write loses it: in the ring,
+/// counted, marked missing, never on disk.
+fn append_lost(log: &OutputLog, bytes: &[u8]) {
+    let mut inner = log.lock();
+    let start = inner.next_seq;
+    let spool = inner.spool.as_mut().expect("spool");
+    spool.append(Stream::Stdout, bytes);
+    drop(spool.take());
+    inner.next_seq += bytes.len() as u64;
+    inner.ring.push(Stream::Stdout, bytes);
+    log.lock_files()
+        .expect("files")
+        .mark_missing_for_test(start);
+}
+
 fn q(since: Option<u64>, max: usize) -> ReadQuery {
     ReadQuery {
         since,
@@ -272,21 +287,8 @@ fn a_gap_inside_the_spool_is_reported_by_the_page_that_reaches_it() {
     let log = OutputLog::new(4, Some(dir.path()), 1 << 30);
     log.append(Stream::Stdout, b"aaaa");
     log.flush_spool();
-    {
-        // A batch that never reached the disk.
-        let mut inner = log.lock();
-        inner
-            .spool
-            .as_mut()
-            .expect("spool")
-            .append(Stream::Stdout, b"bbbb");
-        let lost = inner.spool.as_mut().expect("spool").take().expect("batch");
-        drop(lost);
-        inner.next_seq += 4;
-        inner.ring.push(Stream::Stdout, b"bbbb");
-        let mut files = log.lock_files().expect("files");
-        files.mark_missing_for_test(5);
-    }
+    // A batch ("bbbb", 5..=8) that never reached the disk.
+    append_lost(&log, b"bbbb");
     log.append(Stream::Stdout, b"cccc");
     log.append(Stream::Stdout, b"dddd");
     log.flush_spool();
@@ -408,19 +410,8 @@ fn a_disk_read_never_jumps_over_bytes_the_ring_holds() {
     let log = OutputLog::new(6, Some(dir.path()), 1 << 30);
     log.append(Stream::Stdout, b"aaaa");
     log.flush_spool();
-    {
-        // "bbbb" (5..=8) never reaches the disk.
-        let mut inner = log.lock();
-        inner
-            .spool
-            .as_mut()
-            .expect("spool")
-            .append(Stream::Stdout, b"bbbb");
-        drop(inner.spool.as_mut().expect("spool").take());
-        inner.next_seq += 4;
-        inner.ring.push(Stream::Stdout, b"bbbb");
-        log.lock_files().expect("files").mark_missing_for_test(5);
-    }
+    // "bbbb" (5..=8) never reaches the disk.
+    append_lost(&log, b"bbbb");
     log.append(Stream::Stdout, b"cccc");
     log.flush_spool();
     // The ring holds 7..=12 ("bbcccc"); 5..=6 are missing.
