@@ -35,7 +35,7 @@ fn invalid(message: impl std::fmt::Display) -> ToolError {
 }
 
 /// The required `job_id`. An id that is not a lowercase UUID names no job.
-pub(super) fn job_id(args: &Args) -> Result<String, ToolError> {
+pub(crate) fn job_id(args: &Args) -> Result<String, ToolError> {
     let id = args.string("job_id").map_err(invalid)?;
     if is_client_process_id(&id) {
         Ok(id)
@@ -45,7 +45,7 @@ pub(super) fn job_id(args: &Args) -> Result<String, ToolError> {
 }
 
 /// Turns a failed call into the original's messages: unknown ids are `Job <id> not found`.
-pub(super) fn call_error(e: &ClientError, job_id: &str, what: &str) -> ToolError {
+pub(crate) fn call_error(e: &ClientError, job_id: &str, what: &str) -> ToolError {
     if e.kind() == ErrorKind::UnknownProcess {
         return ToolError::not_found(job_id);
     }
@@ -54,7 +54,7 @@ pub(super) fn call_error(e: &ClientError, job_id: &str, what: &str) -> ToolError
 }
 
 /// The job's state, without its output.
-pub(super) async fn info(
+pub(crate) async fn info(
     ctx: &Context,
     job_id: &str,
     what: &str,
@@ -72,7 +72,7 @@ pub(super) async fn info(
 }
 
 /// Everything retained from `since` on, paged forward so each byte comes exactly once.
-pub(super) async fn collect_since(
+pub(crate) async fn collect_since(
     ctx: &Context,
     job_id: &str,
     since: u64,
@@ -107,18 +107,25 @@ fn process_output(stdout: &[u8], stderr: &[u8]) -> ProcessOutput {
     }
 }
 
-/// Maps an `exec` refusal onto the original's messages.
-fn refusal(resp: &pb::ExecResponse) -> ToolError {
+/// Maps an `exec` refusal onto the original's messages. The session's own limit is worded as
+/// the original words it, naming the number the user set (`MCP_BG_MAX_JOBS`), not the
+/// `YIELDSHELL_*` variable it became.
+pub(crate) fn refusal(resp: &pb::ExecResponse, max_jobs: u32) -> ToolError {
     let kind = ErrorKind::parse(&resp.error_kind);
     let prefix = match kind {
         Some(ErrorKind::CommandDenied | ErrorKind::InvalidArgument) => "Invalid command",
+        Some(ErrorKind::LimitReached) if resp.error.starts_with("this session") => {
+            return ToolError(format!(
+                "Job limit reached: Maximum concurrent jobs limit ({max_jobs}) reached"
+            ));
+        }
         Some(ErrorKind::LimitReached) => "Job limit reached",
         _ => "Failed to execute command",
     };
     ToolError(format!("{prefix}: {}", resp.error))
 }
 
-pub(super) async fn execute(ctx: &Context, args: &Args<'_>) -> Result<ExecuteOutput, ToolError> {
+pub(crate) async fn execute(ctx: &Context, args: &Args<'_>) -> Result<ExecuteOutput, ToolError> {
     let command = args
         .opt_string("command")
         .map_err(invalid)?
@@ -126,10 +133,21 @@ pub(super) async fn execute(ctx: &Context, args: &Args<'_>) -> Result<ExecuteOut
     if command.trim().is_empty() {
         return Err(ToolError("Invalid command: Command cannot be empty".into()));
     }
+    start(ctx, command.into_bytes(), None).await
+}
+
+/// Starts `line` as a new job under a fresh UUID; `name` is what `list` shows instead of the line
+/// (the `mcp-background-job` profile runs a rewritten line but lists the command as given).
+pub(crate) async fn start(
+    ctx: &Context,
+    line: Vec<u8>,
+    name: Option<String>,
+) -> Result<ExecuteOutput, ToolError> {
     let job_id = uuid::Uuid::new_v4().to_string();
     let req = pb::ExecRequest {
-        command: command.into_bytes(),
+        command: line,
         side_effects: vec![SIDE_EFFECTS.to_string()],
+        name,
         // Return as soon as the job is registered: every job runs in the background.
         yield_ms: Some(0),
         process_id: Some(job_id.clone()),
@@ -141,7 +159,10 @@ pub(super) async fn execute(ctx: &Context, args: &Args<'_>) -> Result<ExecuteOut
         .await
         .map_err(|e| ToolError(format!("Failed to execute command: {}", describe(&e).0)))?;
     let Some(process) = resp.process.as_ref() else {
-        return Err(refusal(&resp));
+        return Err(refusal(
+            &resp,
+            ctx.config.policy.max_processes.unwrap_or_default(),
+        ));
     };
     if process.process_id != job_id {
         // A daemon older than client-chosen ids ignored ours. Its process would be a job nobody
@@ -162,7 +183,7 @@ pub(super) async fn execute(ctx: &Context, args: &Args<'_>) -> Result<ExecuteOut
     Ok(ExecuteOutput { job_id })
 }
 
-pub(super) async fn list(ctx: &Context) -> Result<ListOutput, ToolError> {
+pub(crate) async fn list(ctx: &Context) -> Result<ListOutput, ToolError> {
     let req = pb::ListRequest {
         include_completed: true,
         limit: 0,
@@ -188,7 +209,7 @@ pub(super) async fn list(ctx: &Context) -> Result<ListOutput, ToolError> {
     Ok(ListOutput { jobs })
 }
 
-pub(super) async fn status(ctx: &Context, args: &Args<'_>) -> Result<StatusOutput, ToolError> {
+pub(crate) async fn status(ctx: &Context, args: &Args<'_>) -> Result<StatusOutput, ToolError> {
     let id = job_id(args)?;
     let p = info(ctx, &id, "get job status").await?;
     Ok(StatusOutput {
@@ -196,7 +217,7 @@ pub(super) async fn status(ctx: &Context, args: &Args<'_>) -> Result<StatusOutpu
     })
 }
 
-pub(super) async fn output(ctx: &Context, args: &Args<'_>) -> Result<ProcessOutput, ToolError> {
+pub(crate) async fn output(ctx: &Context, args: &Args<'_>) -> Result<ProcessOutput, ToolError> {
     let id = job_id(args)?;
     let (stdout, stderr) = collect_since(ctx, &id, 1)
         .await
@@ -204,7 +225,7 @@ pub(super) async fn output(ctx: &Context, args: &Args<'_>) -> Result<ProcessOutp
     Ok(process_output(&stdout, &stderr))
 }
 
-pub(super) async fn tail(ctx: &Context, args: &Args<'_>) -> Result<ProcessOutput, ToolError> {
+pub(crate) async fn tail(ctx: &Context, args: &Args<'_>) -> Result<ProcessOutput, ToolError> {
     let id = job_id(args)?;
     let lines = args
         .opt_u64("lines")
@@ -238,7 +259,7 @@ pub(super) async fn tail(ctx: &Context, args: &Args<'_>) -> Result<ProcessOutput
     Ok(process_output(&texts[0], &texts[1]))
 }
 
-pub(super) async fn kill(ctx: &Context, args: &Args<'_>) -> Result<KillOutput, ToolError> {
+pub(crate) async fn kill(ctx: &Context, args: &Args<'_>) -> Result<KillOutput, ToolError> {
     let id = args.string("job_id").map_err(invalid)?;
     let answer = |s: &str| Ok(KillOutput { status: s.into() });
     if !is_client_process_id(&id) {

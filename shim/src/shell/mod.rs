@@ -213,12 +213,28 @@ fn parse(args: &Map<String, Value>, s: &ShellSettings) -> Result<Call, String> {
         (Some(_), Some(t)) if t <= 0 => return Err("'timeout' must be greater than 0".into()),
         (Some(_), Some(t)) => u64::try_from(t).unwrap_or(u64::MAX).min(s.max_timeout_secs),
     };
+    let directory = match string("directory")? {
+        // The original refuses a blank directory rather than running in the default one.
+        Some(d) if d.trim().is_empty() => return Err("Directory cannot be empty".into()),
+        other => other,
+    };
     Ok(Call {
         argv,
         stdin: string("stdin")?,
-        directory: string("directory")?.filter(|d| !d.is_empty()),
+        directory,
         timeout_secs,
     })
+}
+
+/// Checks a working directory as the original does, with its wording: it must exist and be a
+/// directory. `base` is where a relative one is resolved (the session's default cwd).
+pub(crate) fn check_directory(directory: &str, base: &std::path::Path) -> Result<(), String> {
+    let path = base.join(directory);
+    match std::fs::metadata(&path) {
+        Err(_) => Err(format!("Directory does not exist: {}", path.display())),
+        Ok(m) if !m.is_dir() => Err(format!("Not a directory: {}", path.display())),
+        Ok(_) => Ok(()),
+    }
 }
 
 /// Exit status of a process that a signal ended: minus its number, as Python reports it.
@@ -302,6 +318,11 @@ async fn run(
     request: &RequestContext<RoleServer>,
 ) -> ShellResult {
     if let Err(message) = argv::check(&c.argv, &s.allowed) {
+        return ShellResult::refused(message);
+    }
+    if let Some(dir) = &c.directory
+        && let Err(message) = check_directory(dir, &ctx.config.default_cwd)
+    {
         return ShellResult::refused(message);
     }
     let budget_ms = c.timeout_secs.saturating_mul(1000) + TIMEOUT_SLACK_MS;
@@ -446,6 +467,10 @@ mod tests {
             (
                 json!({"command": ["ls"], "stdin": 5}),
                 "'stdin' must be a string",
+            ),
+            (
+                json!({"command": ["ls"], "directory": " "}),
+                "Directory cannot be empty",
             ),
         ] {
             assert_eq!(
