@@ -19,6 +19,8 @@
 pub mod args;
 pub mod context;
 pub mod jobs;
+pub mod mcp_background_job;
+pub mod mcp_shell_server;
 pub mod profile;
 pub mod progress;
 pub mod server;
