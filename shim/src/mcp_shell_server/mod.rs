@@ -323,10 +323,13 @@ async fn execute(
     });
     let tokens: Vec<String> = call.tokens.into_iter().filter(|t| !t.is_empty()).collect();
     let stages = plan(&tokens, s).map_err(error)?;
-    if let [stage] = stages.as_slice() {
-        single(ctx, s, stage, &dir, call.stdin, timeout).await
-    } else {
-        pipeline(ctx, s, &stages, &dir, timeout).await
+    // Any `|` element makes a pipeline, even with one stage left (`["echo", "x", "|"]`): its
+    // output is not stripped, as in the package.
+    match stages.as_slice() {
+        [stage] if !tokens.iter().any(|t| t == "|") => {
+            single(ctx, s, stage, &dir, call.stdin, timeout).await
+        }
+        _ => pipeline(ctx, s, &stages, &dir, timeout).await,
     }
     .map_err(error)
 }
