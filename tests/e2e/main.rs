@@ -16,6 +16,8 @@ mod daemon_until;
 mod packaging;
 mod policy_env;
 mod profile_jobs;
+mod profile_published_jobs;
+mod profile_published_shell;
 mod profile_shell;
 mod reliability_clients;
 mod reliability_containment;
