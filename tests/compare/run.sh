@@ -24,6 +24,9 @@ find_python() {
     if command -v pyenv >/dev/null 2>&1; then
         candidates+=("$(pyenv root)"/versions/3.1[2-9]*/bin/python3)
     fi
+    # Interpreters installed beside the system one (pyenv without its shims on PATH, Debian's
+    # python3.12 package, a /usr/local build).
+    candidates+=("$HOME"/.pyenv/versions/3.1[2-9]*/bin/python3 /usr/bin/python3.1[2-9] /usr/local/bin/python3.1[2-9])
     for c in "${candidates[@]}"; do
         if "$c" -c "import sys; sys.exit(0 if sys.version_info >= (3, $minor) else 1)" >/dev/null 2>&1; then
             command -v "$c" 2>/dev/null || echo "$c"
