@@ -161,6 +161,27 @@ async fn refusals_use_the_published_words() {
 }
 
 #[tokio::test]
+async fn refusals_name_the_variable_the_user_set() {
+    let d = TestDaemon::start().await;
+    for (profile, tool) in [
+        ("mcp-background-job", "execute_command"),
+        ("jobs", "execute"),
+    ] {
+        let mcp = Mcp::start_profile(&d, profile, &[("MCP_BG_ALLOWED_COMMANDS", "echo")]).await;
+        let r = mcp.call(tool, json!({"command": "rm x"})).await;
+        assert!(is_error(&r), "{profile}");
+        let text = text_of(&r);
+        assert!(
+            text.starts_with("Invalid command: ")
+                && text.contains("MCP_BG_ALLOWED_COMMANDS")
+                && !text.contains("YIELDSHELL_"),
+            "{profile}: {text}"
+        );
+        mcp.close().await;
+    }
+}
+
+#[tokio::test]
 async fn a_job_killed_from_outside_is_killed_in_both_job_profiles() {
     let d = TestDaemon::start().await;
     for (profile, execute_tool, status_tool) in [

@@ -4,15 +4,16 @@ use yieldshell_proto::client::ClientError;
 use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::ids::is_client_process_id;
 use yieldshell_proto::pb;
+use yieldshell_proto::session_config::ENV_ALLOW_COMMANDS;
 use yieldshell_proto::views::{format_unix_ms, text};
 
-use super::config::READ_PAGE_BYTES;
+use super::config::{ENV_ALLOWED_COMMANDS, READ_PAGE_BYTES};
 use super::{
     ExecuteOutput, JobSummary, KillOutput, ListOutput, ProcessOutput, StatusOutput, ToolError,
     job_status,
 };
 use crate::args::Args;
-use crate::context::{Context, describe};
+use crate::context::{Context, describe, env_var_set};
 
 /// `tail`'s default line count (the spec's).
 pub const DEFAULT_TAIL_LINES: u64 = 50;
@@ -110,7 +111,7 @@ fn process_output(stdout: &[u8], stderr: &[u8]) -> ProcessOutput {
 /// Maps an `exec` refusal onto the original's messages. The session's own limit is worded as
 /// the original words it, naming the number the user set (`MCP_BG_MAX_JOBS`), not the
 /// `YIELDSHELL_*` variable it became.
-pub(crate) fn refusal(resp: &pb::ExecResponse, max_jobs: u32) -> ToolError {
+pub(crate) fn refusal(resp: &pb::ExecResponse, max_jobs: u32, allow_var: &str) -> ToolError {
     let kind = ErrorKind::parse(&resp.error_kind);
     let prefix = match kind {
         Some(ErrorKind::CommandDenied | ErrorKind::InvalidArgument) => "Invalid command",
@@ -122,7 +123,29 @@ pub(crate) fn refusal(resp: &pb::ExecResponse, max_jobs: u32) -> ToolError {
         Some(ErrorKind::LimitReached) => "Job limit reached",
         _ => "Failed to execute command",
     };
-    ToolError(format!("{prefix}: {}", resp.error))
+    ToolError(format!(
+        "{prefix}: {}",
+        in_profile_terms(&resp.error, allow_var)
+    ))
+}
+
+/// A daemon message in the words of a profile's user: the daemon names the `YIELDSHELL_*`
+/// variable a setting became (`YIELDSHELL_ALLOW_COMMANDS`), the user set the profile's own
+/// (`allow_var`, e.g. `MCP_BG_ALLOWED_COMMANDS`).
+pub(crate) fn in_profile_terms(message: &str, allow_var: &str) -> String {
+    message.replace(ENV_ALLOW_COMMANDS, allow_var)
+}
+
+/// The allowlist variable a jobs-profile user set: `MCP_BG_ALLOWED_COMMANDS`, unless only
+/// `YIELDSHELL_ALLOW_COMMANDS` is set.
+fn allow_var(ctx: &Context) -> &'static str {
+    if env_var_set(&ctx.config, ENV_ALLOWED_COMMANDS).is_some()
+        || env_var_set(&ctx.config, ENV_ALLOW_COMMANDS).is_none()
+    {
+        ENV_ALLOWED_COMMANDS
+    } else {
+        ENV_ALLOW_COMMANDS
+    }
 }
 
 pub(crate) async fn execute(ctx: &Context, args: &Args<'_>) -> Result<ExecuteOutput, ToolError> {
@@ -162,6 +185,7 @@ pub(crate) async fn start(
         return Err(refusal(
             &resp,
             ctx.config.policy.max_processes.unwrap_or_default(),
+            allow_var(ctx),
         ));
     };
     if process.process_id != job_id {
@@ -277,5 +301,43 @@ pub(crate) async fn kill(ctx: &Context, args: &Args<'_>) -> Result<KillOutput, T
         Ok(r) => Err(ToolError(format!("Failed to kill job: {}", r.error))),
         Err(e) if e.kind() == ErrorKind::UnknownProcess => answer("not_found"),
         Err(e) => Err(ToolError(format!("Failed to kill job: {}", describe(&e).0))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_name_the_variables_of_the_profile() {
+        let refused = |kind: ErrorKind, error: &str| pb::ExecResponse {
+            error: error.to_string(),
+            error_kind: kind.as_str().to_string(),
+            ..Default::default()
+        };
+        let r = refusal(
+            &refused(
+                ErrorKind::CommandDenied,
+                "program \"rm\" is not in YIELDSHELL_ALLOW_COMMANDS (allowed: ls)",
+            ),
+            10,
+            ENV_ALLOWED_COMMANDS,
+        );
+        assert_eq!(
+            r.0,
+            "Invalid command: program \"rm\" is not in MCP_BG_ALLOWED_COMMANDS (allowed: ls)"
+        );
+        let r = refusal(
+            &refused(
+                ErrorKind::LimitReached,
+                "this session already runs 2 processes (YIELDSHELL_MAX_PROCESSES=2); stop one",
+            ),
+            2,
+            ENV_ALLOWED_COMMANDS,
+        );
+        assert_eq!(
+            r.0,
+            "Job limit reached: Maximum concurrent jobs limit (2) reached"
+        );
     }
 }

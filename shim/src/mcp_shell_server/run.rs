@@ -17,6 +17,7 @@ use yieldshell_proto::pb;
 
 use super::config::ShellServerSettings;
 use crate::context::{Context, describe};
+use crate::jobs::tools::in_profile_terms;
 use crate::mcp_background_job::command_line::{SHELL_BUILTINS, find_program};
 use crate::shell::argv::quote;
 
@@ -145,7 +146,10 @@ pub async fn run_program(
     };
     let resp = ctx.session.exec(req).await.map_err(|e| describe(&e).0)?;
     let Some(mut process) = resp.process else {
-        return Err(resp.error);
+        return Err(in_profile_terms(
+            &resp.error,
+            super::config::ENV_ALLOW_COMMANDS,
+        ));
     };
     let mut output = resp.output.unwrap_or_default();
     let started = std::time::Instant::now();

@@ -27,6 +27,7 @@ use yieldshell_proto::pb;
 use yieldshell_proto::views::text;
 
 use crate::context::{Context, describe, schema_object, schema_of};
+use crate::jobs::tools::in_profile_terms;
 use crate::progress::{
     Progress, SettleSpec, Settled, backgrounded, heartbeat_ms, run_until_settled,
 };
@@ -351,7 +352,7 @@ async fn run(
         Err(e) => return daemon_error(&e),
     };
     let Some(info) = resp.process.as_ref() else {
-        return ShellResult::refused(resp.error);
+        return ShellResult::refused(in_profile_terms(&resp.error, config::ENV_ALLOW_COMMANDS));
     };
     if resp.status != pb::ExecStatus::Backgrounded as i32 {
         return finished(c, info, &resp.output.unwrap_or_default());
