@@ -230,3 +230,27 @@ async fn the_output_limit_and_the_timeout_end_the_command() {
     );
     mcp.close().await;
 }
+
+#[tokio::test]
+async fn a_signal_is_minus_its_number_in_both_shell_profiles() {
+    let d = TestDaemon::start().await;
+    // The specification's profile: the JSON status is -9, and no shell reports "Killed".
+    let mcp = Mcp::start_profile(&d, "shell", &[("ALLOW_COMMANDS", "sh")]).await;
+    let r = mcp
+        .call(
+            "shell_execute",
+            json!({"command": ["sh", "-c", "kill -9 $$"]}),
+        )
+        .await;
+    let b = r.structured_content.clone().expect("structured");
+    assert_eq!(b["status"], -9, "{b}");
+    assert_eq!(b["stderr"], "", "{b}");
+    mcp.close().await;
+    // The package's profile refuses sh, so kill itself is what gets killed here.
+    let mcp = published(&d, &[("ALLOW_COMMANDS", "kill")]).await;
+    assert_error(
+        &exec(&mcp, json!({"command": ["kill", "-9", "0"]})).await,
+        "Error executing command: Command terminated by signal 9",
+    );
+    mcp.close().await;
+}
