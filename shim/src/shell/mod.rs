@@ -1,4 +1,5 @@
-//! The `shell` profile: mcp-shell-server's one synchronous tool, `shell_execute`.
+//! The `shell` profile: the MCP Shell Server specification's one synchronous tool,
+//! `shell_execute`.
 //!
 //! `command` is an argv array. [`argv`] checks every command in it (the first element, and the
 //! first after each `;`, `&&`, `||` or `|` element) against `ALLOW_COMMANDS`, then builds a
@@ -6,7 +7,9 @@
 //! re-checking the line against the same allowlist, and its timeout stops the whole process tree.
 //! The call blocks until the command has ended (sending progress notifications when the client
 //! asked for them), then returns `{stdout, stderr, status, execution_time}` plus `error` when it
-//! failed: refused, timed out, stopped or lost. A refusal has the original's shape:
+//! failed: refused, timed out, stopped or lost. A refusal is the specification's object (the
+//! published package answers in plain text instead: that is the `mcp-shell-server` profile,
+//! [`crate::mcp_shell_server`]):
 //! `{"error": "Command not allowed: rm", "status": 1, "stdout": "", "stderr": "Command not allowed: rm", "execution_time": 0}`.
 
 pub mod argv;
@@ -102,7 +105,7 @@ pub struct ShellResult {
 }
 
 impl ShellResult {
-    /// A refusal, in the original's shape.
+    /// A refusal, in the specification's shape.
     pub fn refused(message: impl Into<String>) -> ShellResult {
         let message = message.into();
         ShellResult {
