@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The comparison with the published packages (see compare.py): installs mcp-shell-server 1.1.14
-# and mcp-background-job 0.1.2 from PyPI into their own virtualenvs (kept under the cargo target
+# and mcp-background-job 0.1.2 (with the dependency versions pinned in *.requirements.txt) from
+# PyPI into their own virtualenvs (kept under the cargo target
 # directory, so a second run reuses them), then runs the cases against them and against the
 # debug build of mcp-yieldshell. Needs `cargo build --workspace` first.
 #
@@ -36,23 +37,25 @@ find_python() {
     return 1
 }
 
-# venv DIR PYTHON PACKAGE==VERSION: creates DIR with the package unless it already has it.
+# venv DIR PYTHON NAME: creates DIR with everything NAME.requirements.txt pins (the package and
+# the exact dependencies the deliberate list was written against, so a new release of a
+# dependency cannot change the published side's answers), unless DIR already has exactly that.
 venv() {
-    local dir=$1 python=$2 spec=$3
-    if [[ -f "$dir/.installed" && "$(cat "$dir/.installed")" == "$spec" ]]; then
+    local dir=$1 python=$2 requirements="tests/compare/$3.requirements.txt"
+    if [[ -f "$dir/.installed" ]] && cmp -s "$dir/.installed" "$requirements"; then
         return 0
     fi
     rm -rf "$dir"
     "$python" -m venv "$dir"
-    "$dir/bin/pip" install --quiet --disable-pip-version-check "$spec"
-    echo "$spec" >"$dir/.installed"
+    "$dir/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
+    cp "$requirements" "$dir/.installed"
 }
 
 python311=$(find_python 10) || { echo "compare: no python3 >= 3.10" >&2; exit 1; }
-venv "$venvs/shell-server" "$python311" "mcp-shell-server==1.1.14"
+venv "$venvs/shell-server" "$python311" shell-server
 job_args=()
 if python312=$(find_python 12); then
-    venv "$venvs/job-server" "$python312" "mcp-background-job==0.1.2"
+    venv "$venvs/job-server" "$python312" job-server
     job_args=(--job-server "$venvs/job-server/bin/mcp-background-job")
 else
     echo "compare: no Python >= 3.12 here, so mcp-background-job 0.1.2 cannot be installed" >&2
