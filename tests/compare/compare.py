@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -563,7 +564,7 @@ async def main():
         "YIELDSHELL_SOCKET": str(daemon_dir / "d.sock"),
         "YIELDSHELL_STATE_DIR": str(daemon_dir / "state"),
     }
-    ours = (opts.shim, [])
+    shim = opts.shim
     total_fail = 0
     total_pass = 0
     try:
@@ -574,12 +575,12 @@ async def main():
         published_shell = {}
         if wanted("mcp-shell-server") or wanted("shell"):
             published_shell = await run_shell_cases(opts.shell_server, [], base_env, scratch / "published-shell")
-        plans.append(("mcp-shell-server", published_shell, shell_tags, lambda: run_shell_cases(ours[0], ["--profile", "mcp-shell-server"], base_env, scratch / "ours-mcp-shell-server")))
-        plans.append(("shell", published_shell, shell_tags, lambda: run_shell_cases(ours[0], ["--profile", "shell"], base_env, scratch / "ours-shell", adapter=adapt_shell)))
+        plans.append(("mcp-shell-server", published_shell, shell_tags, lambda: run_shell_cases(shim, ["--profile", "mcp-shell-server"], base_env, scratch / "ours-mcp-shell-server")))
+        plans.append(("shell", published_shell, shell_tags, lambda: run_shell_cases(shim, ["--profile", "shell"], base_env, scratch / "ours-shell", adapter=adapt_shell)))
         if opts.job_server and (wanted("mcp-background-job") or wanted("jobs")):
             published_jobs = await run_job_scenarios(opts.job_server, [], base_env, scratch / "published-jobs")
-            plans.append(("mcp-background-job", published_jobs, job_tags, lambda: run_job_scenarios(ours[0], ["--profile", "mcp-background-job"], base_env, scratch / "ours-mcp-background-job")))
-            plans.append(("jobs", published_jobs, job_tags, lambda: run_job_scenarios(ours[0], ["--profile", "jobs"], base_env, scratch / "ours-jobs", names=JOBS_TOOL_NAMES, adapter=adapt_jobs)))
+            plans.append(("mcp-background-job", published_jobs, job_tags, lambda: run_job_scenarios(shim, ["--profile", "mcp-background-job"], base_env, scratch / "ours-mcp-background-job")))
+            plans.append(("jobs", published_jobs, job_tags, lambda: run_job_scenarios(shim, ["--profile", "jobs"], base_env, scratch / "ours-jobs", names=JOBS_TOOL_NAMES, adapter=adapt_jobs)))
         elif not opts.job_server:
             print("mcp-background-job and jobs: NOT COMPARED (no Python >= 3.12 to run the published job server)")
         for profile, published, tags_of, run in plans:
@@ -600,7 +601,14 @@ async def main():
             total_fail += len(failures)
             total_pass += len(published) - len(failures)
     finally:
-        os.system(f"YIELDSHELL_SOCKET={daemon_dir / 'd.sock'} YIELDSHELL_NO_AUTOSTART=1 {opts.yieldctl} daemon stop >/dev/null 2>&1")
+        # The daemon our profiles auto-started in the scratch directory.
+        subprocess.run(
+            [opts.yieldctl, "daemon", "stop"],
+            env={**os.environ, "YIELDSHELL_SOCKET": base_env["YIELDSHELL_SOCKET"], "YIELDSHELL_NO_AUTOSTART": "1"},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"compare: {total_pass} passed, {total_fail} failed")
     return 1 if total_fail else 0
