@@ -14,6 +14,7 @@ mod daemon_policy;
 mod daemon_stop;
 mod daemon_until;
 mod mcp_tasks;
+mod mcp_tasks_wire;
 mod packaging;
 mod policy_env;
 mod profile_jobs;
