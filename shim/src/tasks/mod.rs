@@ -103,6 +103,17 @@ fn cancelled_message(info: &pb::ProcessInfo) -> String {
     }
 }
 
+/// The `statusMessage` of a completed task: how the process ended and after how long.
+fn ended_message(info: &pb::ProcessInfo) -> String {
+    let status = process_status_name(info.status);
+    let secs = info.duration_ms / 1000;
+    match (info.exit_code, info.signal.as_deref()) {
+        (Some(code), _) => format!("{status}, exit code {code}, after {secs}s"),
+        (None, Some(signal)) => format!("{status} by {signal} after {secs}s"),
+        (None, None) => format!("{status} after {secs}s"),
+    }
+}
+
 /// Now, as the RFC 3339 timestamps tasks carry.
 fn now() -> String {
     let ms = SystemTime::now()
@@ -206,10 +217,8 @@ pub async fn detailed(tools: &dyn ToolSet, task_id: &str) -> Result<DetailedTask
             let result = tools
                 .task_result(&ended)
                 .unwrap_or_else(|| crate::tools::respond_with(&WaitView::from(&ended)));
-            let status = process_status_name(info.status);
             Ok(DetailedTask::new(
-                base_task(&info, TaskStatus::Completed)
-                    .with_status_message(format!("process {status}")),
+                base_task(&info, TaskStatus::Completed).with_status_message(ended_message(&info)),
                 TaskPayload::Completed {
                     result: result_object(&result),
                 },
