@@ -142,6 +142,7 @@ impl ServerHandler for Handler {
         // the classic answer).
         if self.offers_tasks()
             && tasks::declared(&context)
+            && tasks::eligible(args)
             && let Some(process_id) = tasks::running_process(&result)
         {
             return Ok(CallToolResponse::Task(

@@ -13,7 +13,8 @@
 //! | any other end (exit, timeout, lost) | `completed`, the result = the `wait` body (or the profile's own, [`ToolSet::task_result`]); a non-zero exit is a result, not `isError` |
 //!
 //! Which answers become tasks: a tool result saying its process is still running
-//! ([`running_process`]: `status: "backgrounded"` with a `process_id`), when the request declared
+//! ([`running_process`]: `status: "backgrounded"` with a `process_id`) of a call that is not a
+//! ready-wait ([`eligible`]: no `until`), when the request declared
 //! the extension ([`declared`]) and the tool set offers tasks ([`ToolSet::task_session`]). A
 //! request without the extension gets exactly the classic answer. Status changes are pushed to
 //! clients listening for them ([`listen`]).
@@ -59,6 +60,16 @@ pub fn running_process(result: &CallToolResult) -> Option<String> {
         .as_str()
         .filter(|id| !id.is_empty())
         .map(str::to_string)
+}
+
+/// Whether a call with these arguments may become a task. Not a ready-wait (`until`): it asks
+/// for the moment a line appears, which a task (that completes when the process ends — never,
+/// for a dev server) cannot deliver; its yield stays the classic `backgrounded` answer.
+pub fn eligible(arguments: &JsonObject) -> bool {
+    arguments
+        .get("until")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
 }
 
 /// How long a client should wait before the next `tasks/get`: short while a command may still
@@ -310,6 +321,16 @@ mod tests {
             running_process(&still_running("proc_9")).as_deref(),
             Some("proc_9")
         );
+    }
+
+    #[test]
+    fn a_ready_wait_never_becomes_a_task() {
+        let args = |v: Value| v.as_object().cloned().unwrap_or_default();
+        assert!(eligible(&args(json!({"command": "make test"}))));
+        assert!(eligible(&args(json!({"command": "x", "until": ""}))));
+        assert!(!eligible(&args(
+            json!({"command": "npm run dev", "until": "listening on"})
+        )));
     }
 
     #[test]
