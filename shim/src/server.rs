@@ -23,7 +23,7 @@ use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 
 use crate::tasks::{self, listen::TaskSubscriptions};
-use crate::tool_set::ToolSet;
+use crate::tool_set::{ToolSet, task_requested};
 
 /// The handler rmcp drives (a cheap handle on the shared tool set).
 #[derive(Clone)]
@@ -141,7 +141,7 @@ impl ServerHandler for Handler {
         // extension (rmcp refuses a task answer to any other, and such a client gets exactly
         // the classic answer).
         if self.offers_tasks()
-            && tasks::declared(&context)
+            && task_requested(&context)
             && tasks::eligible(args)
             && let Some(process_id) = tasks::running_process(&result)
         {

@@ -128,6 +128,20 @@ where
 {
     /// A transport reading requests from `read` and writing frames to `write`.
     pub fn new(read: R, write: W) -> StdioTransport<R, W> {
+        StdioTransport::with(read, write, None)
+    }
+
+    /// A transport that also lets `subscriptions` see `subscriptions/listen` requests and patch
+    /// their acknowledgements (the `taskIds` rmcp does not model).
+    pub fn with_task_subscriptions(
+        read: R,
+        write: W,
+        subscriptions: TaskSubscriptions,
+    ) -> StdioTransport<R, W> {
+        StdioTransport::with(read, write, Some(subscriptions))
+    }
+
+    fn with(read: R, write: W, subscriptions: Option<TaskSubscriptions>) -> StdioTransport<R, W> {
         StdioTransport {
             read: BufReader::new(read),
             line: Vec::new(),
@@ -136,24 +150,12 @@ where
                 out: write,
                 queued: Vec::new(),
                 written: 0,
-                subscriptions: None,
+                subscriptions: subscriptions.clone(),
             }))),
             reply: None,
             flush_owed: false,
-            subscriptions: None,
+            subscriptions,
         }
-    }
-
-    /// Lets `subscriptions` see `subscriptions/listen` requests and patch their
-    /// acknowledgements (the `taskIds` rmcp does not model).
-    pub fn with_task_subscriptions(mut self, subscriptions: TaskSubscriptions) -> Self {
-        if let Ok(mut outbox) = self.outbox.try_lock()
-            && let Some(outbox) = outbox.as_mut()
-        {
-            outbox.subscriptions = Some(subscriptions.clone());
-        }
-        self.subscriptions = Some(subscriptions);
-        self
     }
 
     /// Shows a delivered `subscriptions/listen` line to the task subscriptions (a cheap byte

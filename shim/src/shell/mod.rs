@@ -10,7 +10,7 @@
 //! `{"error": "Command not allowed: rm", "status": 1, "stdout": "", "stderr": "Command not allowed: rm", "execution_time": 0}`.
 //!
 //! A request that declares the MCP tasks extension blocks at most
-//! [`TASK_WINDOW_MS`](crate::tool_set::TASK_WINDOW_MS): a command still running then becomes a
+//! [`TASK_WINDOW_MS`]: a command still running then becomes a
 //! task ([`crate::tasks`]), which completes with the same `{stdout, stderr, status, …}` body.
 
 pub mod argv;

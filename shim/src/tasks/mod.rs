@@ -14,10 +14,10 @@
 //!
 //! Which answers become tasks: a tool result saying its process is still running
 //! ([`running_process`]: `status: "backgrounded"` with a `process_id`) of a call that is not a
-//! ready-wait ([`eligible`]: no `until`), when the request declared
-//! the extension ([`declared`]) and the tool set offers tasks ([`ToolSet::task_session`]). A
-//! request without the extension gets exactly the classic answer. Status changes are pushed to
-//! clients listening for them ([`listen`]).
+//! ready-wait ([`eligible`]: no `until`), when the request declared the extension
+//! ([`task_requested`](crate::tool_set::task_requested)) and the tool set offers tasks
+//! ([`ToolSet::task_session`]). A request without the extension gets exactly the classic
+//! answer. Status changes are pushed to clients listening for them ([`listen`]).
 
 pub mod listen;
 
@@ -36,7 +36,6 @@ use yieldshell_proto::views::{WaitView, format_unix_ms, process_status_name};
 use crate::context::describe;
 use crate::progress::last_line;
 use crate::tool_set::ToolSet;
-pub use crate::tool_set::{still_running, task_requested as declared};
 
 /// Grace period of a `tasks/cancel` before SIGKILL, as the `stop` tool's default.
 const CANCEL_FORCE_AFTER_MS: u64 = 3_000;
@@ -201,9 +200,8 @@ pub async fn create(tools: &dyn ToolSet, process_id: &str) -> Result<CreateTaskR
     let info = state.process.unwrap_or_default();
     let out = state.output.unwrap_or_default();
     // Seeded as working even if it ended meanwhile: the first `tasks/get` says how it ended.
-    let task = base_task(&info, TaskStatus::Working)
-        .with_status_message(working_message(&info, &out))
-        .with_poll_interval_ms(poll_interval_ms(info.duration_ms));
+    let task =
+        base_task(&info, TaskStatus::Working).with_status_message(working_message(&info, &out));
     Ok(CreateTaskResult::new(task))
 }
 
@@ -298,6 +296,7 @@ pub async fn cancel(tools: &dyn ToolSet, task_id: &str) -> Result<(), McpError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tool_set::still_running;
 
     fn body(v: Value) -> CallToolResult {
         CallToolResult::structured(v)
