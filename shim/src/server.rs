@@ -35,9 +35,10 @@ pub struct Handler {
 impl Handler {
     /// A handler serving `tools`.
     pub fn new(tools: Arc<dyn ToolSet>) -> Handler {
+        let subscriptions = TaskSubscriptions::new(tools.task_session().is_some());
         Handler {
             tools,
-            subscriptions: TaskSubscriptions::default(),
+            subscriptions,
         }
     }
 

@@ -54,11 +54,14 @@ const SUBSCRIPTION_ID_KEY: &str = "io.modelcontextprotocol/subscriptionId";
 const CLIENT_CAPABILITIES_KEY: &str = "io.modelcontextprotocol/clientCapabilities";
 
 /// The task subscriptions of one shim, shared by its transport and its server handler.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct TaskSubscriptions(Arc<Mutex<Registry>>);
 
 #[derive(Default)]
 struct Registry {
+    /// Whether the server offers tasks; when not, listen requests are never noted (rmcp refuses
+    /// them, and nothing would forget their ids).
+    enabled: bool,
     /// `taskIds` accepted per listen request, from the line's arrival until its stream ends.
     task_ids: HashMap<RequestId, Vec<String>>,
     /// Live streams: where to send, per listen request.
@@ -68,6 +71,14 @@ struct Registry {
 }
 
 impl TaskSubscriptions {
+    /// The subscriptions of a server that offers tasks (`enabled`) or not.
+    pub fn new(enabled: bool) -> TaskSubscriptions {
+        TaskSubscriptions(Arc::new(Mutex::new(Registry {
+            enabled,
+            ..Registry::default()
+        })))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
         // A panic while holding this lock cannot leave it inconsistent (every update is one
         // insert or remove), so a poisoned lock is still usable.
@@ -103,8 +114,9 @@ impl TaskSubscriptions {
                     .collect()
             })
             .unwrap_or_default();
-        if declared && !ids.is_empty() {
-            self.lock().task_ids.insert(id, ids);
+        let mut registry = self.lock();
+        if registry.enabled && declared && !ids.is_empty() {
+            registry.task_ids.insert(id, ids);
         }
     }
 
@@ -274,7 +286,7 @@ mod tests {
 
     #[test]
     fn the_acknowledgement_names_the_task_ids_of_a_stream_that_declared_tasks() {
-        let subs = TaskSubscriptions::default();
+        let subs = TaskSubscriptions::new(true);
         let tasks = json!({"extensions": {TASKS_EXTENSION_ID: {}}});
         subs.note_request(&listen(4, tasks.clone(), json!(["proc_a", "proc_b"])));
         let mut frame = ack(4);
@@ -291,6 +303,12 @@ mod tests {
             subs.patch_frame(&mut frame);
             assert_eq!(frame["params"]["notifications"], json!({}), "{id}");
         }
+        // A server without tasks notes nothing.
+        let without = TaskSubscriptions::new(false);
+        without.note_request(&listen(7, tasks.clone(), json!(["proc_a"])));
+        let mut frame = ack(7);
+        without.patch_frame(&mut frame);
+        assert_eq!(frame["params"]["notifications"], json!({}));
         // Other frames pass untouched.
         let mut other = json!({"jsonrpc": "2.0", "id": 4, "result": {}});
         subs.patch_frame(&mut other);
