@@ -13,6 +13,8 @@ mod daemon_output;
 mod daemon_policy;
 mod daemon_stop;
 mod daemon_until;
+mod mcp_tasks;
+mod mcp_tasks_wire;
 mod packaging;
 mod policy_env;
 mod profile_jobs;

@@ -212,7 +212,20 @@ pub struct RawShim {
 
 impl RawShim {
     /// Starts `cmd` with piped stdio and completes the MCP handshake.
-    pub fn start(mut cmd: std::process::Command) -> RawShim {
+    pub fn start(cmd: std::process::Command) -> RawShim {
+        let mut shim = RawShim::spawn(cmd);
+        let id = shim.request(
+            "initialize",
+            serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}),
+        );
+        shim.response(id);
+        shim.send(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        shim
+    }
+
+    /// Starts `cmd` with piped stdio, without any handshake (the 2026-07-28 era has none, and a
+    /// test may want its own `initialize`).
+    pub fn spawn(mut cmd: std::process::Command) -> RawShim {
         use std::io::BufRead;
         use std::process::Stdio;
         let mut child = cmd
@@ -235,19 +248,12 @@ impl RawShim {
                 }
             }
         });
-        let mut shim = RawShim {
+        RawShim {
             stdin: child.stdin.take(),
             child,
             frames,
             next_id: 1,
-        };
-        let id = shim.request(
-            "initialize",
-            serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}),
-        );
-        shim.response(id);
-        shim.send(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        shim
+        }
     }
 
     /// The shim's pid.
@@ -309,6 +315,21 @@ impl RawShim {
                 Ok(Ok(_)) => {}
                 Ok(Err(line)) => panic!("the shim printed a non-JSON-RPC line: {line:?}"),
                 Err(e) => panic!("no response to request {id}: {e}"),
+            }
+        }
+    }
+
+    /// The next frame for which `wanted` holds (others are skipped), within
+    /// [`crate::helper::TIMEOUT`]: a notification, say.
+    pub fn frame_where(&mut self, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
+        let deadline = std::time::Instant::now() + crate::helper::TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.frames.recv_timeout(left) {
+                Ok(Ok(v)) if wanted(&v) => return v,
+                Ok(Ok(_)) => {}
+                Ok(Err(line)) => panic!("the shim printed a non-JSON-RPC line: {line:?}"),
+                Err(e) => panic!("no frame with {what}: {e}"),
             }
         }
     }

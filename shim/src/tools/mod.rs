@@ -109,6 +109,11 @@ impl ToolSet for DefaultTools {
     ) -> BoxFuture<'a, Option<CallToolResult>> {
         Box::pin(self.call_tool(name, arguments, request))
     }
+
+    /// `exec` becomes a task when it would answer `backgrounded` (DESIGN §8).
+    fn task_session(&self) -> Option<&yieldshell_proto::client::Session> {
+        Some(&self.ctx.session)
+    }
 }
 
 /// A tool result carrying `body`; an error result when the body has a non-null `error`.
