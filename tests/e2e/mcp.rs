@@ -149,7 +149,8 @@ fn object(v: Value) -> Map<String, Value> {
     }
 }
 
-/// The structured body of a result, checking it equals the JSON in the text block.
+/// The structured body of a result, checking the text block is its lean copy (see
+/// [`assert_lean_copy`]).
 pub fn body(r: &CallToolResult) -> Value {
     let structured = r.structured_content.clone().expect("structuredContent");
     let text = r
@@ -158,8 +159,55 @@ pub fn body(r: &CallToolResult) -> Value {
         .find_map(|c| c.as_text().map(|t| t.text.clone()))
         .expect("a text block");
     let parsed: Value = serde_json::from_str(&text).expect("text block is JSON");
-    assert_eq!(parsed, structured, "text and structured content differ");
+    assert_lean_copy(&parsed, &structured, "");
     structured
+}
+
+/// Whether the text block may leave a field out (DESIGN §8, lean answers): `null`, `false`,
+/// `""`, a zero count, and `first_seq: 1`. Never `exit_code: 0`.
+pub fn uninformative(key: &str, v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::String(s) => s.is_empty(),
+        Value::Number(n) => {
+            let zero = n.as_u64() == Some(0);
+            (zero
+                && (key.ends_with("_lines")
+                    || key.ends_with("_bytes")
+                    || key == "descendants_running"))
+                || (key == "first_seq" && n.as_u64() == Some(1))
+        }
+        _ => false,
+    }
+}
+
+/// Asserts `text` is `structured` minus uninformative fields, recursively: every field it has
+/// is the structured one, and every field it lacks carries no information.
+pub fn assert_lean_copy(text: &Value, structured: &Value, at: &str) {
+    match (text, structured) {
+        (Value::Object(t), Value::Object(s)) => {
+            for k in t.keys() {
+                assert!(s.contains_key(k), "{at}.{k} is in the text only");
+            }
+            for (k, v) in s {
+                match t.get(k) {
+                    Some(tv) => assert_lean_copy(tv, v, &format!("{at}.{k}")),
+                    None => assert!(
+                        uninformative(k, v),
+                        "{at}.{k} = {v} carries information but the text block omits it"
+                    ),
+                }
+            }
+        }
+        (Value::Array(t), Value::Array(s)) => {
+            assert_eq!(t.len(), s.len(), "{at}: lengths differ");
+            for (i, (tv, sv)) in t.iter().zip(s).enumerate() {
+                assert_lean_copy(tv, sv, &format!("{at}[{i}]"));
+            }
+        }
+        _ => assert_eq!(text, structured, "{at}: text and structured content differ"),
+    }
 }
 
 /// The text of a result's first text block (all an error of the jobs profile carries).

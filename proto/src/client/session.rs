@@ -161,9 +161,19 @@ impl Session {
     }
 
     /// Writes to a process's stdin (`Write`).
+    /// With `until` it waits for the answer too, at most `timeout_ms` (default
+    /// [`deadlines::WAIT_SLICE`]).
     pub async fn write(&self, mut req: pb::WriteRequest) -> Result<pb::WriteResponse, ClientError> {
         req.session_id = self.id().to_string();
-        self.call_within("Write", self.opts.deadlines.rpc, |mut c| {
+        let deadline = if req.until.as_deref().is_some_and(|u| !u.is_empty()) {
+            let timeout_ms = *req.timeout_ms.get_or_insert(
+                u64::try_from(deadlines::WAIT_SLICE.as_millis()).unwrap_or(u64::MAX),
+            );
+            self.opts.deadlines.wait(timeout_ms)
+        } else {
+            self.opts.deadlines.rpc
+        };
+        self.call_within("Write", deadline, |mut c| {
             let req = req.clone();
             async move { c.write(req).await }
         })

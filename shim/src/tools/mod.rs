@@ -1,9 +1,9 @@
 //! The seven tools of the default profile (DESIGN §3): definitions (input and output schemas,
 //! annotations, descriptions) and handlers, served by [`DefaultTools`].
 //!
-//! Every handler returns a tool result: the JSON body as `structuredContent` and as one text
-//! block. `isError` is true exactly when the body carries an `error`. Bodies of tools that take a
-//! `process_id` always echo it.
+//! Every handler returns a tool result: the JSON body as `structuredContent` and, lean (fields
+//! without information left out, see [`lean`]), as one text block. `isError` is true exactly
+//! when the body carries an `error`. Bodies of tools that take a `process_id` always echo it.
 
 mod exec;
 pub mod instructions;
@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 use rmcp::RoleServer;
-use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
 use rmcp::service::RequestContext;
 use schemars::JsonSchema;
 use serde_json::{Map, Value, json};
@@ -112,11 +112,54 @@ impl ToolSet for DefaultTools {
 }
 
 /// A tool result carrying `body`; an error result when the body has a non-null `error`.
+/// `structuredContent` is the whole body (schema-valid); the text block, which is what the model
+/// reads, is [`lean`]'s copy of it.
 pub fn respond(body: Value) -> CallToolResult {
-    if body.get("error").is_some_and(|e| !e.is_null()) {
-        CallToolResult::structured_error(body)
+    let text = lean(&body).to_string();
+    let is_error = body.get("error").is_some_and(|e| !e.is_null());
+    let mut result = if is_error {
+        CallToolResult::error(vec![ContentBlock::text(text)])
     } else {
-        CallToolResult::structured(body)
+        CallToolResult::success(vec![ContentBlock::text(text)])
+    };
+    result.structured_content = Some(body);
+    result
+}
+
+/// Whether a field's value carries no information, so the text block leaves it out (DESIGN §8,
+/// lean answers). The rule, field by field: `null`, `false` and `""` say nothing an absent
+/// field would not; so does a zero count (`*_lines`, `*_bytes`, `descendants_running`) and an
+/// output window that starts at the first byte (`first_seq: 1`). Everything else stays, zeros
+/// that are answers included: `exit_code: 0`, `duration_ms`, `next_seq`, `removed: 0`, and
+/// empty lists (`processes: []` is the answer "none").
+fn uninformative(key: &str, value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::String(s) => s.is_empty(),
+        Value::Number(n) => {
+            let zero_count = (key.ends_with("_lines")
+                || key.ends_with("_bytes")
+                || key == "descendants_running")
+                && n.as_u64() == Some(0);
+            zero_count || (key == "first_seq" && n.as_u64() == Some(1))
+        }
+        Value::Array(_) | Value::Object(_) => false,
+    }
+}
+
+/// The body as the text block carries it: the same object, recursively, minus the fields
+/// [`uninformative`] names.
+pub fn lean(body: &Value) -> Value {
+    match body {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, v)| !uninformative(k, v))
+                .map(|(k, v)| (k.clone(), lean(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(lean).collect()),
+        other => other.clone(),
     }
 }
 
@@ -200,4 +243,45 @@ pub struct ErrorBody {
     pub error: String,
     /// Machine-readable kind.
     pub error_kind: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lean_drops_fields_without_information_and_keeps_answers() {
+        let body = json!({
+            "process_id": "proc_1", "status": "completed", "exit_code": 0, "signal": null,
+            "stdout": "3\n", "stderr": "", "truncated": false, "first_seq": 1, "next_seq": 3,
+            "stdout_lines": 1, "stderr_lines": 0, "descendants_running": 0, "duration_ms": 0,
+            "processes": [{"name": null, "stdout_bytes": 0, "pid": 7}], "removed": 0
+        });
+        assert_eq!(
+            lean(&body),
+            json!({
+                "process_id": "proc_1", "status": "completed", "exit_code": 0, "stdout": "3\n",
+                "next_seq": 3, "stdout_lines": 1, "duration_ms": 0,
+                "processes": [{"pid": 7}], "removed": 0
+            })
+        );
+        // A window that does not start at the first byte says where it starts.
+        assert_eq!(lean(&json!({"first_seq": 9}))["first_seq"], 9);
+    }
+
+    #[test]
+    fn results_keep_the_whole_body_as_structured_content() {
+        let body = json!({"process_id": "p", "ok": true, "error": null});
+        let r = respond(body.clone());
+        assert_eq!(r.structured_content, Some(body));
+        assert_eq!(r.is_error, Some(false));
+        let text = r.content[0]
+            .as_text()
+            .map(|t| t.text.clone())
+            .expect("text");
+        let parsed: Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(parsed, json!({"process_id": "p", "ok": true}));
+        let failed = respond(json!({"error": "no such process", "error_kind": "not_found"}));
+        assert_eq!(failed.is_error, Some(true));
+    }
 }
