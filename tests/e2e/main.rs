@@ -27,5 +27,6 @@ mod reliability_load;
 mod reliability_output_race;
 mod reliability_security;
 mod reliability_spool;
+mod session_reconnect;
 mod shim;
 mod shim_jsonrpc;
