@@ -31,10 +31,8 @@ pub fn text(bytes: &[u8]) -> (String, bool) {
 /// (status, id, `next_seq`, `yield_ms`); this body is what the MCP tools return and
 /// `yieldctl --json` prints, so the phrasing lives here, once, for both. An agent reads it with
 /// every backgrounded exec, so every byte counts.
-pub fn backgrounded_message(_process_id: &str, yield_ms: u64, next_seq: u64) -> String {
-    format!(
-        "Running in the background after {yield_ms} ms: wait, read(since_seq={next_seq}), write or stop it."
-    )
+pub fn backgrounded_message(_process_id: &str, _yield_ms: u64, next_seq: u64) -> String {
+    format!("In the background: wait, read(since_seq={next_seq}), write or stop it.")
 }
 
 /// The hint for a shell that exited while descendants still run.

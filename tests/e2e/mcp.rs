@@ -158,17 +158,23 @@ pub fn body(r: &CallToolResult) -> Value {
         .iter()
         .find_map(|c| c.as_text().map(|t| t.text.clone()))
         .expect("a text block");
-    let parsed: Value = serde_json::from_str(&text).expect("text block is JSON");
+    let mut parsed: Value = serde_json::from_str(&text).expect("text block is JSON");
+    // The text does not echo back the process_id the call named (the model wrote it).
+    if parsed.get("process_id").is_none()
+        && let (Some(t), Some(id)) = (parsed.as_object_mut(), structured.get("process_id"))
+    {
+        t.insert("process_id".into(), id.clone());
+    }
     assert_lean_copy(&parsed, &structured, "");
     structured
 }
 
 /// Whether the text block may leave a field out (DESIGN §8, lean answers): `null`, `false`,
-/// `""`, a zero count, and `first_seq: 1`. Never `exit_code: 0`.
+/// `""`, `ok` (which `isError` repeats), a zero count, and `first_seq: 1`. Never `exit_code: 0`.
 pub fn uninformative(key: &str, v: &Value) -> bool {
     match v {
         Value::Null => true,
-        Value::Bool(b) => !b,
+        Value::Bool(b) => !b || key == "ok",
         Value::String(s) => s.is_empty(),
         Value::Number(n) => {
             let zero = n.as_u64() == Some(0);

@@ -2,7 +2,8 @@
 //! annotations, descriptions) and handlers, served by [`DefaultTools`].
 //!
 //! Every handler returns a tool result: the JSON body as `structuredContent` and, lean (fields
-//! without information left out, see [`lean`]), as one text block. `isError` is true exactly
+//! without information left out, see [`lean`], and the `process_id` the call named not echoed
+//! back), as one text block. `isError` is true exactly
 //! when the body carries an `error`. Bodies of tools that take a `process_id` always echo it.
 
 mod exec;
@@ -65,7 +66,8 @@ impl DefaultTools {
     ) -> Option<CallToolResult> {
         let ctx = &self.ctx;
         let args = Args::new(arguments);
-        Some(match name {
+        let echoed = arguments.get("process_id").and_then(Value::as_str);
+        let result = match name {
             "exec" => exec::call(ctx, &args, request).await,
             "read" => output::read(ctx, &args).await,
             "write" => procs::write(ctx, &args).await,
@@ -74,6 +76,10 @@ impl DefaultTools {
             "ps" => procs::ps(ctx, &args).await,
             "cleanup" => procs::cleanup(ctx, &args).await,
             _ => return None,
+        };
+        Some(match echoed {
+            Some(id) => without_echo(result, id),
+            None => result,
         })
     }
 }
@@ -126,16 +132,35 @@ pub fn respond(body: Value) -> CallToolResult {
     result
 }
 
+/// Leaves the `process_id` echo out of the text block when it is the id the call was given: the
+/// model wrote it itself. `structuredContent` keeps it (bodies always echo the id).
+fn without_echo(mut result: CallToolResult, id: &str) -> CallToolResult {
+    for block in &mut result.content {
+        let Some(text) = block.as_text() else {
+            continue;
+        };
+        let Ok(Value::Object(mut m)) = serde_json::from_str::<Value>(&text.text) else {
+            continue;
+        };
+        if m.get("process_id").and_then(Value::as_str) == Some(id) {
+            m.remove("process_id");
+            *block = ContentBlock::text(Value::Object(m).to_string());
+        }
+    }
+    result
+}
+
 /// Whether a field's value carries no information, so the text block leaves it out (DESIGN §8,
 /// lean answers). The rule, field by field: `null`, `false` and `""` say nothing an absent
-/// field would not; so does a zero count (`*_lines`, `*_bytes`, `descendants_running`) and an
+/// field would not; `ok` repeats the result's `isError`; so does a zero count (`*_lines`, `*_bytes`, `descendants_running`) and an
 /// output window that starts at the first byte (`first_seq: 1`). Everything else stays, zeros
 /// that are answers included: `exit_code: 0`, `duration_ms`, `next_seq`, `removed: 0`, and
 /// empty lists (`processes: []` is the answer "none").
 fn uninformative(key: &str, value: &Value) -> bool {
     match value {
         Value::Null => true,
-        Value::Bool(b) => !b,
+        // `ok` (write) says what `isError` already says.
+        Value::Bool(b) => !b || key == "ok",
         Value::String(s) => s.is_empty(),
         Value::Number(n) => {
             let zero_count = (key.ends_with("_lines")
@@ -271,7 +296,7 @@ mod tests {
 
     #[test]
     fn results_keep_the_whole_body_as_structured_content() {
-        let body = json!({"process_id": "p", "ok": true, "error": null});
+        let body = json!({"process_id": "p", "ok": true, "error": null, "stdout": "4\n"});
         let r = respond(body.clone());
         assert_eq!(r.structured_content, Some(body));
         assert_eq!(r.is_error, Some(false));
@@ -280,7 +305,8 @@ mod tests {
             .map(|t| t.text.clone())
             .expect("text");
         let parsed: Value = serde_json::from_str(&text).expect("JSON");
-        assert_eq!(parsed, json!({"process_id": "p", "ok": true}));
+        // `ok` repeats `isError`; `error: null` says nothing.
+        assert_eq!(parsed, json!({"process_id": "p", "stdout": "4\n"}));
         let failed = respond(json!({"error": "no such process", "error_kind": "not_found"}));
         assert_eq!(failed.is_error, Some(true));
     }
