@@ -67,6 +67,35 @@ async fn exec_until_returns_at_the_url_line_while_the_server_keeps_running() {
 }
 
 #[tokio::test]
+async fn exec_until_with_progress_matches_after_the_first_heartbeat_too() {
+    let d = TestDaemon::start().await;
+    let mcp = Mcp::start(&d, &[]).await;
+    let (gate, _started, command) = gated_server(&d);
+    // With a progress token the shim waits in slices; the line comes only after a progress
+    // notification went out, so the match is found by a later slice.
+    let (r, ()) = tokio::join!(
+        mcp.call_with_progress(
+            "exec",
+            json!({"command": command, "side_effects": ["NONE"], "until": "listening on", "yield_ms": 60_000}),
+        ),
+        async {
+            eventually("a progress notification", || async {
+                (!mcp.progress().is_empty()).then_some(())
+            })
+            .await;
+            std::fs::remove_file(&gate).expect("open the gate");
+        }
+    );
+    let b = body(&r);
+    assert_eq!(b["status"], "backgrounded", "{b}");
+    assert_eq!(b["matched_line"], "listening on http://127.0.0.1:8080");
+    let id = b["process_id"].as_str().expect("id");
+    let stop = body(&mcp.call("stop", json!({"process_id": id})).await);
+    assert_eq!(stop["stopped"], true, "it was still running");
+    mcp.close().await;
+}
+
+#[tokio::test]
 async fn exec_until_without_a_match_returns_at_yield_ms_or_at_exit() {
     let d = TestDaemon::start().await;
     let mcp = Mcp::start(&d, &[]).await;
