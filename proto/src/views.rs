@@ -30,7 +30,9 @@ pub fn text(bytes: &[u8]) -> (String, bool) {
 /// line naming the next calls (the id is in the body already). The daemon reports only facts
 /// (status, id, `next_seq`, `yield_ms`); this body is what the MCP tools return and
 /// `yieldctl --json` prints, so the phrasing lives here, once, for both. An agent reads it with
-/// every backgrounded exec, so every byte counts.
+/// every backgrounded exec, so every byte counts. The id and the yield time are not repeated (the
+/// body has the id and `duration_ms`; a ready-wait returns before the yield time); the
+/// parameters stay so callers keep compiling.
 pub fn backgrounded_message(_process_id: &str, _yield_ms: u64, next_seq: u64) -> String {
     format!("In the background: wait, read(since_seq={next_seq}), write or stop it.")
 }
