@@ -149,7 +149,8 @@ fn object(v: Value) -> Map<String, Value> {
     }
 }
 
-/// The structured body of a result, checking it equals the JSON in the text block.
+/// The structured body of a result, checking the text block is its lean copy (see
+/// [`assert_lean_copy`]).
 pub fn body(r: &CallToolResult) -> Value {
     let structured = r.structured_content.clone().expect("structuredContent");
     let text = r
@@ -157,9 +158,62 @@ pub fn body(r: &CallToolResult) -> Value {
         .iter()
         .find_map(|c| c.as_text().map(|t| t.text.clone()))
         .expect("a text block");
-    let parsed: Value = serde_json::from_str(&text).expect("text block is JSON");
-    assert_eq!(parsed, structured, "text and structured content differ");
+    let mut parsed: Value = serde_json::from_str(&text).expect("text block is JSON");
+    // The text does not echo back the process_id the call named (the model wrote it).
+    if parsed.get("process_id").is_none()
+        && let (Some(t), Some(id)) = (parsed.as_object_mut(), structured.get("process_id"))
+    {
+        t.insert("process_id".into(), id.clone());
+    }
+    assert_lean_copy(&parsed, &structured, "");
     structured
+}
+
+/// Whether the text block may leave a field out (DESIGN §8, lean answers): `null`, `false`,
+/// `""`, `ok` (which `isError` repeats), a zero count, and `first_seq: 1`. Never `exit_code: 0`.
+pub fn uninformative(key: &str, v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Bool(b) => !b || key == "ok",
+        Value::String(s) => s.is_empty(),
+        Value::Number(n) => {
+            let zero = n.as_u64() == Some(0);
+            (zero
+                && (key.ends_with("_lines")
+                    || key.ends_with("_bytes")
+                    || key == "descendants_running"))
+                || (key == "first_seq" && n.as_u64() == Some(1))
+        }
+        _ => false,
+    }
+}
+
+/// Asserts `text` is `structured` minus uninformative fields, recursively: every field it has
+/// is the structured one, and every field it lacks carries no information.
+pub fn assert_lean_copy(text: &Value, structured: &Value, at: &str) {
+    match (text, structured) {
+        (Value::Object(t), Value::Object(s)) => {
+            for k in t.keys() {
+                assert!(s.contains_key(k), "{at}.{k} is in the text only");
+            }
+            for (k, v) in s {
+                match t.get(k) {
+                    Some(tv) => assert_lean_copy(tv, v, &format!("{at}.{k}")),
+                    None => assert!(
+                        uninformative(k, v),
+                        "{at}.{k} = {v} carries information but the text block omits it"
+                    ),
+                }
+            }
+        }
+        (Value::Array(t), Value::Array(s)) => {
+            assert_eq!(t.len(), s.len(), "{at}: lengths differ");
+            for (i, (tv, sv)) in t.iter().zip(s).enumerate() {
+                assert_lean_copy(tv, sv, &format!("{at}[{i}]"));
+            }
+        }
+        _ => assert_eq!(text, structured, "{at}: text and structured content differ"),
+    }
 }
 
 /// The text of a result's first text block (all an error of the jobs profile carries).
