@@ -6,6 +6,7 @@
 //! `docs/BENCHMARKS.md`). It prints a table and writes JSON. Benchmarks are not tests: nothing
 //! here asserts; targets are reported as met or missed.
 
+mod agent_cost;
 mod echo;
 mod measure;
 mod report;
@@ -35,6 +36,14 @@ pub struct Opts {
     /// Where the virtualenv with the original server is kept between runs.
     #[arg(long, default_value = "target/bench/venv")]
     pub venv: PathBuf,
+    /// Only the agent-cost mode: six everyday jobs scripted as an agent would do them (calls,
+    /// text bytes read, seconds), YieldShell beside the original; prints a Markdown table. Byte
+    /// counts do not depend on the build: debug binaries are fine.
+    #[arg(long)]
+    pub agent_cost: bool,
+    /// Agent-cost mode: how long the scripted test run takes, in seconds.
+    #[arg(long, default_value_t = 20)]
+    pub test_run_seconds: u32,
     /// Internal: serve a one-tool echo MCP server on stdio (the MCP floor).
     #[arg(long, hide = true)]
     pub echo_server: bool,
@@ -48,5 +57,8 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    if opts.agent_cost {
+        return runtime.block_on(agent_cost::run(&opts));
+    }
     runtime.block_on(measure::run_all(&opts))
 }

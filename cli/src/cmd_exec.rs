@@ -1,4 +1,5 @@
-//! `yieldctl exec`: run a command through the daemon, with auto-yield.
+//! `yieldctl exec`: run a command through the daemon, with auto-yield and an optional
+//! ready-wait (`--until`).
 
 use std::ffi::OsString;
 
@@ -33,6 +34,10 @@ pub struct ExecArgs {
     /// Close stdin after writing --stdin (for commands that read to EOF).
     #[arg(long)]
     close_stdin: bool,
+    /// Return as soon as an output line matches this regex (the command keeps running in the
+    /// background), at --yield-ms, or at exit, whichever comes first.
+    #[arg(long, value_name = "REGEX")]
+    until: Option<String>,
     /// Set an environment variable for the command (repeatable). The value may be any bytes:
     /// environments are bytes, not text.
     #[arg(long = "env", value_name = "NAME=VALUE", value_parser = clap::value_parser!(OsString))]
@@ -83,6 +88,7 @@ pub async fn run(ctx: &Ctx, a: ExecArgs) -> anyhow::Result<u8> {
         max_output_bytes: None,
         shell: None,
         process_id: None,
+        until: a.until,
         ..Default::default()
     };
     let resp = session.exec(req).await?;
@@ -130,6 +136,11 @@ fn hint(
 ) -> Option<String> {
     let id = &info.process_id;
     Some(match status {
+        pb::ExecStatus::Backgrounded if resp.matched_seq.is_some() => format!(
+            "yieldctl: {id} (pid {}) printed a line matching --until and continues in the background.\n  \
+             follow it: yieldctl read {id} --since {next_seq} --follow    stop it: yieldctl stop {id}",
+            info.pid.unwrap_or_default(),
+        ),
         pb::ExecStatus::Backgrounded => format!(
             "yieldctl: {id} (pid {}) is still running after {} ms and continues in the background.\n  \
              follow it: yieldctl read {id} --follow    stop it: yieldctl stop {id}",
@@ -180,5 +191,11 @@ mod tests {
             "{left}"
         );
         assert_eq!(hint(pb::ExecStatus::Completed, &resp, &info(0), 9), None);
+        let matched = pb::ExecResponse {
+            matched_seq: Some(3),
+            ..resp
+        };
+        let ready = hint(pb::ExecStatus::Backgrounded, &matched, &info(0), 9).expect("hint");
+        assert!(ready.contains("matching --until"), "{ready}");
     }
 }

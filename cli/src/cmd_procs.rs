@@ -163,6 +163,13 @@ pub struct WriteArgs {
     /// Close stdin after writing.
     #[arg(long)]
     eof: bool,
+    /// Then wait for an output line printed after the write that matches this regex, and print
+    /// the output that followed the write (a REPL's answer).
+    #[arg(long, value_name = "REGEX")]
+    until: Option<String>,
+    /// With --until: the longest wait.
+    #[arg(long, value_name = "MS", default_value_t = 30_000, requires = "until")]
+    timeout: u64,
 }
 
 pub async fn write(ctx: &Ctx, a: WriteArgs) -> anyhow::Result<u8> {
@@ -171,35 +178,45 @@ pub async fn write(ctx: &Ctx, a: WriteArgs) -> anyhow::Result<u8> {
     if a.newline {
         input.push(b'\n');
     }
+    let waits = a.until.is_some();
     let req = pb::WriteRequest {
         process_id: a.id.clone(),
         input,
         eof: a.eof,
+        timeout_ms: waits.then_some(a.timeout),
+        until: a.until,
         ..Default::default()
     };
     let result = session.write(req).await;
     match result {
         Ok(resp) => {
             if ctx.json {
-                render::json(&WriteView {
-                    process_id: a.id,
-                    ok: true,
-                    error: None,
-                    error_kind: None,
-                })?;
+                render::json(&WriteView::written(&a.id, &resp))?;
+            } else if let Some(out) = resp.output.as_ref() {
+                render::stdout_bytes(&out.stdout)?;
+                render::stderr_bytes(&out.stderr)?;
+                if resp.result != pb::WaitResult::Matched as i32 {
+                    eprintln!(
+                        "yieldctl: no line matched --until ({})",
+                        yieldshell_proto::views::wait_result_name(resp.result)
+                    );
+                }
             } else {
                 eprintln!("wrote {} bytes to {}", resp.bytes_written, a.id);
+            }
+            // A wait that ended without a match is reported like `wait --until`'s.
+            if waits && resp.result == pb::WaitResult::DeadlineReached as i32 {
+                return Ok(exit::TIMED_OUT);
             }
             Ok(exit::OK)
         }
         Err(ClientError::Rpc(status)) if ctx.json => {
             let kind = ErrorKind::of_status(&status);
-            render::json(&WriteView {
-                process_id: a.id,
-                ok: false,
-                error: Some(status.message().to_string()),
-                error_kind: Some(kind.as_str().to_string()),
-            })?;
+            render::json(&WriteView::failed(
+                &a.id,
+                status.message().to_string(),
+                kind.as_str(),
+            ))?;
             Ok(exit::for_kind(kind))
         }
         Err(e) => Err(e.into()),

@@ -26,24 +26,21 @@ pub fn text(bytes: &[u8]) -> (String, bool) {
     }
 }
 
-/// The hint an `exec` body carries when the command keeps running in the background: it names
-/// the MCP tool calls to make next. The daemon reports only facts (status, id, `next_seq`,
-/// `yield_ms`); this body is what the MCP tools return and `yieldctl --json` prints, so the
-/// phrasing lives here, once, for both.
-pub fn backgrounded_message(process_id: &str, yield_ms: u64, next_seq: u64) -> String {
-    format!(
-        "Still running after {yield_ms} ms, so it continues in the background as {process_id}. \
-         Next: read(process_id=\"{process_id}\", since_seq={next_seq}) for new output, \
-         wait(process_id=\"{process_id}\") to block until it exits, write(...) to send input, \
-         stop(process_id=\"{process_id}\") to end it."
-    )
+/// The hint an `exec` body carries when the command keeps running in the background: one short
+/// line naming the next calls (the id is in the body already). The daemon reports only facts
+/// (status, id, `next_seq`, `yield_ms`); this body is what the MCP tools return and
+/// `yieldctl --json` prints, so the phrasing lives here, once, for both. An agent reads it with
+/// every backgrounded exec, so every byte counts. The id and the yield time are not repeated (the
+/// body has the id and `duration_ms`; a ready-wait returns before the yield time); the
+/// parameters stay so callers keep compiling.
+pub fn backgrounded_message(_process_id: &str, _yield_ms: u64, next_seq: u64) -> String {
+    format!("In the background: wait, read(since_seq={next_seq}), write or stop it.")
 }
 
 /// The hint for a shell that exited while descendants still run.
-pub fn descendants_message(process_id: &str, descendants: u32, next_seq: u64) -> String {
+pub fn descendants_message(_process_id: &str, descendants: u32, next_seq: u64) -> String {
     format!(
-        "The shell exited, but {descendants} descendant process(es) still run (and may still write output). \
-         read(process_id=\"{process_id}\", since_seq={next_seq}) shows more; stop(process_id=\"{process_id}\") ends them."
+        "The shell exited; {descendants} descendant(s) still run: read(since_seq={next_seq}) for more, stop to end them."
     )
 }
 
@@ -112,6 +109,9 @@ pub struct ExecView {
     /// True when output had invalid UTF-8 that was replaced.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lossy: bool,
+    /// With `until`: the output line that matched (null when none did).
+    #[serde(default)]
+    pub matched_line: Option<String>,
 }
 
 impl ExecView {
@@ -136,6 +136,7 @@ impl ExecView {
             stderr_lines: 0,
             descendants_running: 0,
             lossy: false,
+            matched_line: None,
         }
     }
 }
@@ -170,6 +171,7 @@ impl ExecView {
             stderr_lines: p.stderr_lines,
             descendants_running: p.descendants_running,
             lossy: lossy_out || lossy_err,
+            matched_line: None,
         }
     }
 }
@@ -183,6 +185,9 @@ impl From<&pb::ExecResponse> for ExecView {
         let status = exec_status_name(r.status);
         let message = exec_hint(status, p, out.next_seq, r.yield_ms);
         let mut view = ExecView::of_process(p, &out, status, message);
+        view.matched_line = r
+            .matched_seq
+            .map(|_| String::from_utf8_lossy(&r.matched_line).into_owned());
         if !r.error.is_empty() {
             view.error = Some(r.error.clone());
             view.error_kind = Some(r.error_kind.clone());
@@ -302,12 +307,7 @@ impl From<&pb::WaitResponse> for WaitView {
     fn from(r: &pb::WaitResponse) -> WaitView {
         let p = r.process.clone().unwrap_or_default();
         let out = r.output.clone().unwrap_or_default();
-        let wait_result = match pb::WaitResult::try_from(r.result).unwrap_or_default() {
-            pb::WaitResult::Exited => "exited",
-            pb::WaitResult::DeadlineReached => "deadline_reached",
-            pb::WaitResult::Matched => "matched",
-            pb::WaitResult::Unspecified => "unknown",
-        };
+        let wait_result = wait_result_name(r.result);
         WaitView {
             read: ReadView::new(&p, &out, StreamSelection::Both),
             wait_result: wait_result.to_string(),
@@ -319,8 +319,9 @@ impl From<&pb::WaitResponse> for WaitView {
     }
 }
 
-/// Response of the `write` tool.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+/// Response of the `write` tool. The fields after `error_kind` are present only for a write
+/// with `until` (write, then wait for the answer).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 pub struct WriteView {
     /// The process written to.
     pub process_id: String,
@@ -330,6 +331,83 @@ pub struct WriteView {
     pub error: Option<String>,
     /// Machine-readable error kind when `error` is set.
     pub error_kind: Option<String>,
+    /// `matched` (a line matched `until`), `exited` or `deadline_reached` (`timeout_ms` passed;
+    /// the process keeps running).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_result: Option<String>,
+    /// The output line that matched `until`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matched_line: Option<String>,
+    /// stdout printed after the write (from its start, at most `max_output_bytes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<String>,
+    /// stderr printed after the write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
+    /// Pass as `since_seq` to `read` for the output after this response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_seq: Option<u64>,
+    /// True when more output than returned followed the write (page it with `read`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub has_more: Option<bool>,
+    /// The process's status after the wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Exit code, once it exited normally.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// True when output had invalid UTF-8 that was replaced.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lossy: bool,
+}
+
+impl WriteView {
+    /// The body of a successful write; with `until`, the answer that followed it.
+    pub fn written(process_id: &str, r: &pb::WriteResponse) -> WriteView {
+        let mut view = WriteView {
+            process_id: process_id.to_string(),
+            ok: true,
+            ..Default::default()
+        };
+        let (Some(p), Some(out)) = (r.process.as_ref(), r.output.as_ref()) else {
+            return view;
+        };
+        let (stdout, lossy_out) = text(&out.stdout);
+        let (stderr, lossy_err) = text(&out.stderr);
+        view.wait_result = Some(wait_result_name(r.result).to_string());
+        view.matched_line = r
+            .matched_seq
+            .map(|_| String::from_utf8_lossy(&r.matched_line).into_owned());
+        view.stdout = Some(stdout);
+        view.stderr = Some(stderr);
+        view.next_seq = Some(out.next_seq);
+        view.has_more = Some(out.has_more);
+        view.status = Some(process_status_name(p.status).to_string());
+        view.exit_code = p.exit_code;
+        view.lossy = lossy_out || lossy_err;
+        view
+    }
+
+    /// The body of a write that failed.
+    pub fn failed(process_id: &str, error: String, error_kind: &str) -> WriteView {
+        WriteView {
+            process_id: process_id.to_string(),
+            ok: false,
+            error: Some(error),
+            error_kind: Some(error_kind.to_string()),
+            ..Default::default()
+        }
+    }
+}
+
+/// The name of a wait's outcome, as `wait` and `write` with `until` report it.
+pub fn wait_result_name(result: i32) -> &'static str {
+    match pb::WaitResult::try_from(result).unwrap_or_default() {
+        pb::WaitResult::Exited => "exited",
+        pb::WaitResult::DeadlineReached => "deadline_reached",
+        pb::WaitResult::Matched => "matched",
+        pb::WaitResult::Unspecified => "unknown",
+    }
 }
 
 /// Response of the `stop` tool.
@@ -499,10 +577,8 @@ mod tests {
         };
         let bg = exec_hint("backgrounded", &p, 12, 300).expect("hint");
         assert_eq!(bg, backgrounded_message("proc_7", 300, 12));
-        assert!(
-            bg.contains("read(process_id=\"proc_7\", since_seq=12)"),
-            "{bg}"
-        );
+        assert!(bg.contains("read(since_seq=12)"), "{bg}");
+        assert!(bg.len() < 100, "one short line: {bg}");
         assert_eq!(exec_hint("completed", &p, 12, 300), None);
         let left = pb::ProcessInfo {
             descendants_running: 2,

@@ -14,6 +14,8 @@
 //!   Server), [`mcp_background_job`] and [`mcp_shell_server`] (the published packages; they reuse
 //!   the `jobs` machinery and the `shell` quoting).
 //! - [`profile`]: picks the profile and builds its tool set — the only place that branches on it.
+//! - [`tasks`]: MCP Tasks — a call whose process keeps running becomes a task whose state is
+//!   looked up through the daemon (task id = process id), and pushed task status.
 //! - [`server`]: answers the MCP protocol (rmcp) through the tool set.
 //! - [`stdio_transport`]: the newline-delimited JSON-RPC framing on stdio that rmcp serves over;
 //!   every request whose `id` can be read gets an answer, even one that does not decode.
@@ -28,5 +30,6 @@ pub mod progress;
 pub mod server;
 pub mod shell;
 pub mod stdio_transport;
+pub mod tasks;
 pub mod tool_set;
 pub mod tools;

@@ -51,10 +51,10 @@ fn main() -> std::process::ExitCode {
         // rmcp's pipes (non-blocking on Linux) under our framing, which answers every request
         // whose id it can read (stdio_transport).
         let (stdin, stdout) = rmcp::transport::stdio_pipes();
-        let service = match mcp_yieldshell::server::Handler(tools)
-            .serve(StdioTransport::new(stdin, stdout))
-            .await
-        {
+        let handler = mcp_yieldshell::server::Handler::new(tools);
+        let transport =
+            StdioTransport::with_task_subscriptions(stdin, stdout, handler.task_subscriptions());
+        let service = match handler.serve(transport).await {
             Ok(s) => s,
             // stdin closed before (or during) `initialize`: the client went away, which ends
             // the shim like any other EOF — exit 0, not an error (RELIABILITY B7).

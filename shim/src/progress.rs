@@ -55,7 +55,8 @@ impl Progress {
     /// Sends one notification: seconds waited so far, and what the process printed last.
     pub async fn send(&self, what: &str, last_line: Option<String>) {
         let secs = self.elapsed().as_secs_f64();
-        let mut p = ProgressNotificationParam::new(self.token.clone(), secs);
+        let mut p =
+            ProgressNotificationParam::new(self.token.clone(), clamped(secs, self.total_secs));
         p.total = self.total_secs;
         p.message = Some(match last_line {
             Some(l) => format!("{what} for {secs:.0}s; last output: {l}"),
@@ -63,6 +64,15 @@ impl Progress {
         });
         // A client that went away is noticed by the request itself; nothing to do here.
         let _ = self.peer.notify_progress(p).await;
+    }
+}
+
+/// The progress value to report: the seconds waited, never past the total (the last slice ends
+/// a little after the budget, and clients show `progress / total` as a fraction).
+fn clamped(secs: f64, total: Option<f64>) -> f64 {
+    match total {
+        Some(total) => secs.min(total),
+        None => secs,
     }
 }
 
@@ -173,5 +183,17 @@ pub async fn run_until_settled(
             Ok(resp) => latest = Some(resp),
             Err(e) => return Settled::Failed(e, latest.unwrap_or_default()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_never_passes_its_total() {
+        assert_eq!(clamped(5.502, Some(5.5)), 5.5);
+        assert_eq!(clamped(2.0, Some(5.5)), 2.0);
+        assert_eq!(clamped(7.0, None), 7.0);
     }
 }

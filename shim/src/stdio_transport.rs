@@ -25,6 +25,10 @@
 //! written here, so frames never interleave. A frame is queued whole, under the lock, before
 //! any byte is written, and bytes a cancelled write did not get out stay queued for the next
 //! writer — rmcp polls `receive` inside a `select!`, so any await here can be cancelled.
+//!
+//! Task subscriptions: rmcp 3.11 drops the `taskIds` of a `subscriptions/listen` request, so
+//! the transport shows each such line to [`TaskSubscriptions`] and lets it add the accepted ids
+//! to the acknowledgement rmcp writes (see [`crate::tasks::listen`]).
 
 use std::sync::Arc;
 
@@ -36,6 +40,8 @@ use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
+
+use crate::tasks::listen::TaskSubscriptions;
 
 /// Longest incoming line (one JSON-RPC message), as rmcp's default: a peer that never sends a
 /// newline must not grow the buffer without bound.
@@ -59,6 +65,8 @@ pub struct StdioTransport<R, W> {
     reply: Option<TxJsonRpcMessage<RoleServer>>,
     /// A queued reply whose flush was cancelled.
     flush_owed: bool,
+    /// Where `subscriptions/listen` lines are noted and acknowledgements patched.
+    subscriptions: Option<TaskSubscriptions>,
 }
 
 /// The writing half: frames queued whole, then written out.
@@ -67,12 +75,22 @@ struct Outbox<W> {
     queued: Vec<u8>,
     /// How much of `queued` is written already.
     written: usize,
+    /// Patches the acknowledgements of task subscriptions on their way out.
+    subscriptions: Option<TaskSubscriptions>,
 }
 
 impl<W: AsyncWrite + Unpin> Outbox<W> {
     /// Appends one frame (JSON plus newline). Synchronous, so a frame is never half queued.
     fn queue(&mut self, message: &TxJsonRpcMessage<RoleServer>) -> std::io::Result<()> {
-        let mut frame = serde_json::to_vec(message)?;
+        let mut frame = match (&self.subscriptions, message) {
+            // Only notifications can be a subscription's acknowledgement.
+            (Some(subscriptions), rmcp::model::JsonRpcMessage::Notification(_)) => {
+                let mut value = serde_json::to_value(message)?;
+                subscriptions.patch_frame(&mut value);
+                serde_json::to_vec(&value)?
+            }
+            _ => serde_json::to_vec(message)?,
+        };
         frame.push(b'\n');
         self.queued.extend_from_slice(&frame);
         Ok(())
@@ -110,6 +128,20 @@ where
 {
     /// A transport reading requests from `read` and writing frames to `write`.
     pub fn new(read: R, write: W) -> StdioTransport<R, W> {
+        StdioTransport::with(read, write, None)
+    }
+
+    /// A transport that also lets `subscriptions` see `subscriptions/listen` requests and patch
+    /// their acknowledgements (the `taskIds` rmcp does not model).
+    pub fn with_task_subscriptions(
+        read: R,
+        write: W,
+        subscriptions: TaskSubscriptions,
+    ) -> StdioTransport<R, W> {
+        StdioTransport::with(read, write, Some(subscriptions))
+    }
+
+    fn with(read: R, write: W, subscriptions: Option<TaskSubscriptions>) -> StdioTransport<R, W> {
         StdioTransport {
             read: BufReader::new(read),
             line: Vec::new(),
@@ -118,9 +150,25 @@ where
                 out: write,
                 queued: Vec::new(),
                 written: 0,
+                subscriptions: subscriptions.clone(),
             }))),
             reply: None,
             flush_owed: false,
+            subscriptions,
+        }
+    }
+
+    /// Shows a delivered `subscriptions/listen` line to the task subscriptions (a cheap byte
+    /// search first: only those lines are parsed a second time).
+    fn note_listen(&self, line: &[u8]) {
+        const METHOD: &[u8] = b"subscriptions/listen";
+        let Some(subscriptions) = &self.subscriptions else {
+            return;
+        };
+        if line.windows(METHOD.len()).any(|w| w == METHOD)
+            && let Ok(value) = serde_json::from_slice::<Value>(line)
+        {
+            subscriptions.note_request(&value);
         }
     }
 
@@ -216,7 +264,13 @@ where
                 return None;
             }
             let verdict = match self.read_line().await {
-                LineRead::Line => judge_line(trim_line(&self.line)),
+                LineRead::Line => {
+                    let verdict = judge_line(trim_line(&self.line));
+                    if matches!(verdict, Verdict::Deliver(_)) {
+                        self.note_listen(trim_line(&self.line));
+                    }
+                    verdict
+                }
                 LineRead::Oversized(id) => judge_oversized(id),
                 // Bytes left in `line` at EOF are a message without its newline: not delivered.
                 LineRead::Eof => return None,

@@ -149,7 +149,8 @@ fn object(v: Value) -> Map<String, Value> {
     }
 }
 
-/// The structured body of a result, checking it equals the JSON in the text block.
+/// The structured body of a result, checking the text block is its lean copy (see
+/// [`assert_lean_copy`]).
 pub fn body(r: &CallToolResult) -> Value {
     let structured = r.structured_content.clone().expect("structuredContent");
     let text = r
@@ -157,9 +158,62 @@ pub fn body(r: &CallToolResult) -> Value {
         .iter()
         .find_map(|c| c.as_text().map(|t| t.text.clone()))
         .expect("a text block");
-    let parsed: Value = serde_json::from_str(&text).expect("text block is JSON");
-    assert_eq!(parsed, structured, "text and structured content differ");
+    let mut parsed: Value = serde_json::from_str(&text).expect("text block is JSON");
+    // The text does not echo back the process_id the call named (the model wrote it).
+    if parsed.get("process_id").is_none()
+        && let (Some(t), Some(id)) = (parsed.as_object_mut(), structured.get("process_id"))
+    {
+        t.insert("process_id".into(), id.clone());
+    }
+    assert_lean_copy(&parsed, &structured, "");
     structured
+}
+
+/// Whether the text block may leave a field out (DESIGN §8, lean answers): `null`, `false`,
+/// `""`, `ok` (which `isError` repeats), a zero count, and `first_seq: 1`. Never `exit_code: 0`.
+pub fn uninformative(key: &str, v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Bool(b) => !b || key == "ok",
+        Value::String(s) => s.is_empty(),
+        Value::Number(n) => {
+            let zero = n.as_u64() == Some(0);
+            (zero
+                && (key.ends_with("_lines")
+                    || key.ends_with("_bytes")
+                    || key == "descendants_running"))
+                || (key == "first_seq" && n.as_u64() == Some(1))
+        }
+        _ => false,
+    }
+}
+
+/// Asserts `text` is `structured` minus uninformative fields, recursively: every field it has
+/// is the structured one, and every field it lacks carries no information.
+pub fn assert_lean_copy(text: &Value, structured: &Value, at: &str) {
+    match (text, structured) {
+        (Value::Object(t), Value::Object(s)) => {
+            for k in t.keys() {
+                assert!(s.contains_key(k), "{at}.{k} is in the text only");
+            }
+            for (k, v) in s {
+                match t.get(k) {
+                    Some(tv) => assert_lean_copy(tv, v, &format!("{at}.{k}")),
+                    None => assert!(
+                        uninformative(k, v),
+                        "{at}.{k} = {v} carries information but the text block omits it"
+                    ),
+                }
+            }
+        }
+        (Value::Array(t), Value::Array(s)) => {
+            assert_eq!(t.len(), s.len(), "{at}: lengths differ");
+            for (i, (tv, sv)) in t.iter().zip(s).enumerate() {
+                assert_lean_copy(tv, sv, &format!("{at}[{i}]"));
+            }
+        }
+        _ => assert_eq!(text, structured, "{at}: text and structured content differ"),
+    }
 }
 
 /// The text of a result's first text block (all an error of the jobs profile carries).
@@ -212,7 +266,20 @@ pub struct RawShim {
 
 impl RawShim {
     /// Starts `cmd` with piped stdio and completes the MCP handshake.
-    pub fn start(mut cmd: std::process::Command) -> RawShim {
+    pub fn start(cmd: std::process::Command) -> RawShim {
+        let mut shim = RawShim::spawn(cmd);
+        let id = shim.request(
+            "initialize",
+            serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}),
+        );
+        shim.response(id);
+        shim.send(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        shim
+    }
+
+    /// Starts `cmd` with piped stdio, without any handshake (the 2026-07-28 era has none, and a
+    /// test may want its own `initialize`).
+    pub fn spawn(mut cmd: std::process::Command) -> RawShim {
         use std::io::BufRead;
         use std::process::Stdio;
         let mut child = cmd
@@ -235,19 +302,12 @@ impl RawShim {
                 }
             }
         });
-        let mut shim = RawShim {
+        RawShim {
             stdin: child.stdin.take(),
             child,
             frames,
             next_id: 1,
-        };
-        let id = shim.request(
-            "initialize",
-            serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}),
-        );
-        shim.response(id);
-        shim.send(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        shim
+        }
     }
 
     /// The shim's pid.
@@ -309,6 +369,21 @@ impl RawShim {
                 Ok(Ok(_)) => {}
                 Ok(Err(line)) => panic!("the shim printed a non-JSON-RPC line: {line:?}"),
                 Err(e) => panic!("no response to request {id}: {e}"),
+            }
+        }
+    }
+
+    /// The next frame for which `wanted` holds (others are skipped), within
+    /// [`crate::helper::TIMEOUT`]: a notification, say.
+    pub fn frame_where(&mut self, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
+        let deadline = std::time::Instant::now() + crate::helper::TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.frames.recv_timeout(left) {
+                Ok(Ok(v)) if wanted(&v) => return v,
+                Ok(Ok(_)) => {}
+                Ok(Err(line)) => panic!("the shim printed a non-JSON-RPC line: {line:?}"),
+                Err(e) => panic!("no frame with {what}: {e}"),
             }
         }
     }

@@ -1,6 +1,7 @@
 //! `Exec`: policy checks, spawn, then the yield wait — all in the daemon, so a fast command
 //! returns the moment it has exited and drained, and a slow one is already a managed background
-//! process when the yield time runs out.
+//! process when the yield time runs out. With `until` the yield wait also ends at the first
+//! output line that matches (a ready-wait), using `wait(until)`'s matcher.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -13,6 +14,7 @@ use yieldshell_proto::ids::is_client_process_id;
 use yieldshell_proto::pb;
 use yieldshell_proto::session_config::{bytes_os, os_bytes};
 
+use super::output::{outcome_fields, until_matcher, wait_until_match};
 use super::{
     ControlService, MAX_DURATION_MS, MAX_WRITE_BYTES, at_most, clamp_output_bytes, output_to_pb,
 };
@@ -163,6 +165,19 @@ pub(super) async fn exec(
     if let Err(r) = check_ranges(&req, policy.default_timeout_ms) {
         return Ok(refused(r));
     }
+    // A ready-wait's pattern is compiled before anything runs, so a bad one starts nothing.
+    let mut until = match req.until.as_deref().filter(|u| !u.is_empty()) {
+        Some(pattern) => match until_matcher(pattern) {
+            Ok(m) => Some(m),
+            Err(message) => {
+                return Ok(refused(Refusal {
+                    kind: ErrorKind::InvalidArgument,
+                    message,
+                }));
+            }
+        },
+        None => None,
+    };
     // DESIGN §5 order: side effects, command policy, cwd, limits, spawn.
     if let Err(r) = policy.check_side_effects(&req.side_effects) {
         return Ok(refused(r));
@@ -260,12 +275,31 @@ pub(super) async fn exec(
         }
     }
     let deadline = tokio::time::Instant::now() + Duration::from_millis(yield_ms);
-    tokio::select! {
-        _ = state_rx.wait_for(|s| s.settled) => {}
-        _ = tokio::time::sleep_until(deadline) => {}
-        _ = d.shutdown.cancelled() => {}
-    }
-    Ok(respond(&proc, max_out, yield_ms))
+    let Some(matcher) = until.as_mut() else {
+        tokio::select! {
+            _ = state_rx.wait_for(|s| s.settled) => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+            _ = d.shutdown.cancelled() => {}
+        }
+        return Ok(respond(&proc, max_out, yield_ms));
+    };
+    // The yield wait with a ready-wait: the same matching loop as `wait(until)`, over the whole
+    // log from its first byte. An exit ends it too, once the output is drained.
+    let outcome = wait_until_match(
+        &proc,
+        matcher,
+        1,
+        StreamFilter::Both,
+        Some(deadline),
+        &d.shutdown,
+    )
+    .await;
+    let (_, matched_line, matched_seq) = outcome_fields(outcome);
+    Ok(pb::ExecResponse {
+        matched_line,
+        matched_seq,
+        ..respond(&proc, max_out, yield_ms)
+    })
 }
 
 /// One `exec` between its limit check and its registration (see `Daemon::starts_in_flight`).

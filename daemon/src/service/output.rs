@@ -236,7 +236,7 @@ pub(super) fn follow(
 
 /// Line-by-line matcher over the interleaved log: keeps each stream's unfinished line (or, in a
 /// line over [`MAX_MATCH_LINE`], its latest window).
-struct LineMatcher {
+pub(super) struct LineMatcher {
     re: Regex,
     partial: [LineWindow; 2],
 }
@@ -344,14 +344,27 @@ impl LineMatcher {
     }
 }
 
-enum WaitOutcome {
+/// How a wait ended.
+pub(super) enum WaitOutcome {
     Exited,
     Deadline,
     ShuttingDown,
+    /// An output line matched: where the line starts, and the line (or its window).
     Matched(u64, Vec<u8>),
 }
 
-async fn wait_until_match(
+/// Compiles an `until` pattern into a line matcher; an invalid one is an `invalid_argument`
+/// message naming the field. The one compile behind `wait`, `exec` and `write` with `until`.
+pub(super) fn until_matcher(pattern: &str) -> Result<LineMatcher, String> {
+    Regex::new(pattern)
+        .map(LineMatcher::new)
+        .map_err(|e| format!("until is not a valid regular expression: {e}"))
+}
+
+/// Waits until an output line from `since` on matches, the process has ended with its output
+/// drained, `deadline` passes or the daemon shuts down: the one matching loop behind `wait`,
+/// `exec` and `write` with `until`.
+pub(super) async fn wait_until_match(
     proc: &Arc<ManagedProcess>,
     matcher: &mut LineMatcher,
     since: u64,
@@ -400,11 +413,8 @@ pub(super) async fn wait(
     let shutdown = &svc.daemon.shutdown;
     let outcome = match req.until.as_deref().filter(|u| !u.is_empty()) {
         Some(pattern) => {
-            let re = Regex::new(pattern).map_err(|e| {
-                ErrorKind::InvalidArgument
-                    .status(format!("until is not a valid regular expression: {e}"))
-            })?;
-            let mut matcher = LineMatcher::new(re);
+            let mut matcher =
+                until_matcher(pattern).map_err(|m| ErrorKind::InvalidArgument.status(m))?;
             wait_until_match(
                 &proc,
                 &mut matcher,
@@ -448,13 +458,7 @@ pub(super) async fn wait(
         },
     )
     .await?;
-    let (result, matched_line, matched_seq) = match outcome {
-        WaitOutcome::Exited => (pb::WaitResult::Exited, Vec::new(), None),
-        WaitOutcome::Deadline | WaitOutcome::ShuttingDown => {
-            (pb::WaitResult::DeadlineReached, Vec::new(), None)
-        }
-        WaitOutcome::Matched(seq, line) => (pb::WaitResult::Matched, line, Some(seq)),
-    };
+    let (result, matched_line, matched_seq) = outcome_fields(outcome);
     Ok(pb::WaitResponse {
         process: Some(process),
         output: Some(output_to_pb(out)),
@@ -462,6 +466,82 @@ pub(super) async fn wait(
         matched_line,
         matched_seq,
     })
+}
+
+/// `Write` with `until`: writes, then waits for a line of the output that followed the write.
+/// The wait starts at the log's end as it was before the input was sent, so an answer printed
+/// before this call gets around to looking is still matched; the output returned is read
+/// forward from there.
+pub(super) async fn write_until(
+    svc: &ControlService,
+    proc: &Arc<ManagedProcess>,
+    max_output_bytes: u64,
+    req: pb::WriteRequest,
+) -> Result<pb::WriteResponse, tonic::Status> {
+    let pattern = req.until.as_deref().unwrap_or_default();
+    // Refused before anything is written.
+    let mut matcher = until_matcher(pattern).map_err(|m| ErrorKind::InvalidArgument.status(m))?;
+    at_most("timeout_ms", req.timeout_ms, MAX_DURATION_MS)
+        .map_err(|m| ErrorKind::InvalidArgument.status(m))?;
+    let max_out = clamp_output_bytes(req.max_output_bytes, max_output_bytes);
+    let from_seq = proc.output.end().next_seq;
+    let written = proc
+        .write_stdin(req.input, req.eof)
+        .await
+        .map_err(|e| e.kind.status(format!("{}: {}", proc.facts.id, e.message)))?;
+    let deadline = req
+        .timeout_ms
+        .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
+    let shutdown = &svc.daemon.shutdown;
+    let outcome = wait_until_match(
+        proc,
+        &mut matcher,
+        from_seq,
+        StreamFilter::Both,
+        deadline,
+        shutdown,
+    )
+    .await;
+    if matches!(outcome, WaitOutcome::ShuttingDown) {
+        return Err(ErrorKind::ShuttingDown.status(format!(
+            "yieldshelld is shutting down (it stops its processes, {} included); the wait after the write was interrupted",
+            proc.facts.id
+        )));
+    }
+    let process = proc.info();
+    let out = read_output(
+        proc,
+        ReadQuery {
+            since: Some(from_seq),
+            max_bytes: max_out,
+            streams: StreamFilter::Both,
+            tail_lines: None,
+            use_spool: true,
+        },
+    )
+    .await?;
+    let (result, matched_line, matched_seq) = outcome_fields(outcome);
+    Ok(pb::WriteResponse {
+        ok: true,
+        bytes_written: written as u64,
+        process: Some(process),
+        output: Some(output_to_pb(out)),
+        result: result as i32,
+        matched_line,
+        matched_seq,
+        from_seq,
+    })
+}
+
+/// The wire fields of a wait's outcome: result, matched line, where it starts.
+pub(super) fn outcome_fields(outcome: WaitOutcome) -> (pb::WaitResult, Vec<u8>, Option<u64>) {
+    match outcome {
+        WaitOutcome::Exited => (pb::WaitResult::Exited, Vec::new(), None),
+        WaitOutcome::Deadline | WaitOutcome::ShuttingDown => {
+            (pb::WaitResult::DeadlineReached, Vec::new(), None)
+        }
+        WaitOutcome::Matched(seq, line) => (pb::WaitResult::Matched, line, Some(seq)),
+    }
 }
 
 #[cfg(test)]

@@ -29,10 +29,14 @@ pub(super) async fn write(
             req.input.len()
         )));
     }
+    if req.until.as_deref().is_some_and(|u| !u.is_empty()) {
+        return super::output::write_until(svc, &proc, session.policy.max_output_bytes, req).await;
+    }
     match proc.write_stdin(req.input, req.eof).await {
         Ok(n) => Ok(pb::WriteResponse {
             ok: true,
             bytes_written: n as u64,
+            ..Default::default()
         }),
         Err(e) => Err(e.kind.status(format!("{}: {}", proc.facts.id, e.message))),
     }

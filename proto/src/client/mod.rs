@@ -84,6 +84,12 @@ pub enum ClientError {
         "lost the connection to yieldshelld ({0}); the daemon may have restarted — the next call reconnects"
     )]
     ConnectionLost(String),
+    /// The connection could not be re-established for a call (no socket, or nobody listening on
+    /// it: `ENOENT`, `ECONNREFUSED`), so the request was never delivered and may be sent again.
+    #[error(
+        "could not reach yieldshelld ({0}); the request was not delivered — the next call reconnects"
+    )]
+    NotDelivered(String),
     /// A daemon holds the socket but did not answer within the deadline: it is stopped
     /// (`kill -STOP`), hung or badly overloaded.
     #[error("{}", unresponsive_message(.what, *.waited, .pid, .lock_file, .socket))]
@@ -137,6 +143,7 @@ impl ClientError {
             ClientError::NoDaemon { .. }
             | ClientError::StartFailed { .. }
             | ClientError::ConnectionLost(_)
+            | ClientError::NotDelivered(_)
             | ClientError::Unresponsive { .. } => ErrorKind::DaemonUnavailable,
             ClientError::Path(_) => ErrorKind::Internal,
         }
@@ -229,12 +236,35 @@ pub async fn unary<T>(
     within(opts, what, opts.deadlines.rpc, call).await
 }
 
-/// A daemon's error status as a client error: transport failures are a lost connection.
+/// A daemon's error status as a client error: transport failures are a lost connection, or —
+/// when the failure was in connecting — a request that was never delivered.
 fn rpc_error(status: tonic::Status) -> ClientError {
     match ErrorKind::of_status(&status) {
+        ErrorKind::DaemonUnavailable if failed_to_connect(&status) => {
+            ClientError::NotDelivered(status.message().to_string())
+        }
         ErrorKind::DaemonUnavailable => ClientError::ConnectionLost(status.message().to_string()),
         _ => ClientError::Rpc(status),
     }
+}
+
+/// Whether a transport failure came from (re)connecting the socket: `ENOENT` (no socket) or
+/// `ECONNREFUSED` (nobody listens). Only `connect` fails that way — a request on a connection
+/// that was established fails with a reset or a broken pipe — so the request never left.
+fn failed_to_connect(status: &tonic::Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<io::Error>()
+            && matches!(
+                io.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+            )
+        {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// A handshaken connection.

@@ -71,8 +71,11 @@ impl Session {
 
     /// Runs one RPC within [`Deadlines::rpc`](deadlines::Deadlines::rpc). A daemon that forgot the session (it restarted)
     /// gets it reopened and the call is retried once — safe, because an unknown session is
-    /// refused before anything happens. A broken connection, or a daemon that does not answer in
-    /// time, is reported and forgotten; the next call reconnects.
+    /// refused before anything happens. A connection that cannot be re-established (the daemon
+    /// is gone) never delivered the request: the call connects afresh, starting the daemon as
+    /// usual, and sends it once more. A connection that broke during the call, or a daemon that
+    /// does not answer in time, is reported and forgotten (the request may have been delivered,
+    /// so it is never resent); the next call reconnects.
     pub async fn call<T, F, Fut>(&self, rpc: F) -> Result<T, ClientError>
     where
         F: Fn(Client) -> Fut,
@@ -93,8 +96,20 @@ impl Session {
         F: Fn(Client) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let result = self.call_once_reopening(what, deadline, rpc).await;
-        if let Err(ClientError::ConnectionLost(_) | ClientError::Unresponsive { .. }) = &result {
+        let mut result = self.call_once_reopening(what, deadline, &rpc).await;
+        if let Err(ClientError::NotDelivered(_)) = &result {
+            // The daemon went away since the last call (it was stopped or restarted) and the
+            // request never reached anyone: connect afresh (starting the daemon if allowed,
+            // reopening the session) and send it once more.
+            self.reset().await;
+            result = self.call_once_reopening(what, deadline, &rpc).await;
+        }
+        if let Err(
+            ClientError::ConnectionLost(_)
+            | ClientError::NotDelivered(_)
+            | ClientError::Unresponsive { .. },
+        ) = &result
+        {
             self.reset().await;
         }
         result
@@ -104,7 +119,7 @@ impl Session {
         &self,
         what: &str,
         deadline: Duration,
-        rpc: F,
+        rpc: &F,
     ) -> Result<T, ClientError>
     where
         F: Fn(Client) -> Fut,
@@ -161,9 +176,19 @@ impl Session {
     }
 
     /// Writes to a process's stdin (`Write`).
+    /// With `until` it waits for the answer too, at most `timeout_ms` (default
+    /// [`deadlines::WAIT_SLICE`]).
     pub async fn write(&self, mut req: pb::WriteRequest) -> Result<pb::WriteResponse, ClientError> {
         req.session_id = self.id().to_string();
-        self.call_within("Write", self.opts.deadlines.rpc, |mut c| {
+        let deadline = if req.until.as_deref().is_some_and(|u| !u.is_empty()) {
+            let timeout_ms = *req.timeout_ms.get_or_insert(
+                u64::try_from(deadlines::WAIT_SLICE.as_millis()).unwrap_or(u64::MAX),
+            );
+            self.opts.deadlines.wait(timeout_ms)
+        } else {
+            self.opts.deadlines.rpc
+        };
+        self.call_within("Write", deadline, |mut c| {
             let req = req.clone();
             async move { c.write(req).await }
         })

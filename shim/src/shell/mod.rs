@@ -11,6 +11,10 @@
 //! published package answers in plain text instead: that is the `mcp-shell-server` profile,
 //! [`crate::mcp_shell_server`]):
 //! `{"error": "Command not allowed: rm", "status": 1, "stdout": "", "stderr": "Command not allowed: rm", "execution_time": 0}`.
+//!
+//! A request that declares the MCP tasks extension blocks at most
+//! [`TASK_WINDOW_MS`]: a command still running then becomes a
+//! task ([`crate::tasks`]), which completes with the same `{stdout, stderr, status, …}` body.
 
 pub mod argv;
 pub mod config;
@@ -34,7 +38,7 @@ use crate::jobs::tools::in_profile_terms;
 use crate::progress::{
     Progress, SettleSpec, Settled, backgrounded, heartbeat_ms, run_until_settled,
 };
-use crate::tool_set::{BoxFuture, ToolSet};
+use crate::tool_set::{BoxFuture, TASK_WINDOW_MS, ToolSet, still_running, task_requested};
 use config::{OUTPUT_LIMIT_BYTES, ShellSettings, TIMEOUT_SLACK_MS};
 
 /// The tool's name, as the original server names it.
@@ -84,6 +88,18 @@ impl ToolSet for ShellTools {
         request: &'a RequestContext<RoleServer>,
     ) -> BoxFuture<'a, Option<CallToolResult>> {
         Box::pin(call(&self.ctx, &self.settings, name, arguments, request))
+    }
+
+    fn task_session(&self) -> Option<&yieldshell_proto::client::Session> {
+        Some(&self.ctx.session)
+    }
+
+    /// A finished task of `shell_execute` carries the body the call would have returned (the
+    /// daemon's timeout ended it when it ran for its whole timeout).
+    fn task_result(&self, ended: &pb::WaitResponse) -> Option<CallToolResult> {
+        let info = ended.process.clone().unwrap_or_default();
+        let out = ended.output.clone().unwrap_or_default();
+        Some(finished(info.duration_ms.div_ceil(1000), &info, &out).into_result())
     }
 }
 
@@ -254,8 +270,8 @@ fn signal_status(name: Option<&str>) -> i32 {
     -1
 }
 
-/// The final result of a command that ran.
-fn finished(c: &Call, p: &pb::ProcessInfo, out: &pb::Output) -> ShellResult {
+/// The final result of a command that ran with a timeout of `timeout_secs`.
+fn finished(timeout_secs: u64, p: &pb::ProcessInfo, out: &pb::Output) -> ShellResult {
     let mut r = ShellResult {
         stdout: text(&out.stdout).0,
         stderr: text(&out.stderr).0,
@@ -270,10 +286,9 @@ fn finished(c: &Call, p: &pb::ProcessInfo, out: &pb::Output) -> ShellResult {
                 .unwrap_or_else(|| signal_status(p.signal.as_deref()));
             None
         }
-        pb::ProcessStatus::TimedOut => Some(format!(
-            "Command timed out after {} seconds",
-            c.timeout_secs
-        )),
+        pb::ProcessStatus::TimedOut => {
+            Some(format!("Command timed out after {timeout_secs} seconds"))
+        }
         pb::ProcessStatus::Stopped => Some(format!(
             "Command was stopped ({})",
             p.signal.as_deref().unwrap_or("by request")
@@ -315,21 +330,34 @@ async fn stop(ctx: &Context, id: &str) {
     let _ = ctx.session.stop(req).await;
 }
 
+/// How a call ends: with its body, or (only for a request that asked for tasks) still running
+/// after [`TASK_WINDOW_MS`], as this process.
+enum Answer {
+    Done(ShellResult),
+    Running(String),
+}
+
 async fn run(
     ctx: &Context,
     s: &ShellSettings,
     c: &Call,
     request: &RequestContext<RoleServer>,
-) -> ShellResult {
+) -> Answer {
     if let Err(message) = argv::check(&c.argv, &s.allowed) {
-        return ShellResult::refused(message);
+        return Answer::Done(ShellResult::refused(message));
     }
     if let Some(dir) = &c.directory
         && let Err(message) = check_directory(dir, &ctx.config.default_cwd)
     {
-        return ShellResult::refused(message);
+        return Answer::Done(ShellResult::refused(message));
     }
-    let budget_ms = c.timeout_secs.saturating_mul(1000) + TIMEOUT_SLACK_MS;
+    let timeout_ms = c.timeout_secs.saturating_mul(1000);
+    // A request that asked for tasks blocks one short window; the task follows the rest.
+    let budget_ms = if task_requested(request) {
+        TASK_WINDOW_MS.min(timeout_ms + TIMEOUT_SLACK_MS)
+    } else {
+        timeout_ms + TIMEOUT_SLACK_MS
+    };
     let started = Instant::now();
     let progress = Progress::for_call(request, budget_ms);
     let req = pb::ExecRequest {
@@ -346,19 +374,26 @@ async fn run(
         } else {
             budget_ms
         }),
-        timeout_ms: Some(c.timeout_secs.saturating_mul(1000)),
+        timeout_ms: Some(timeout_ms),
         max_output_bytes: Some(OUTPUT_LIMIT_BYTES),
         ..Default::default()
     };
     let resp = match ctx.session.exec(req).await {
         Ok(r) => r,
-        Err(e) => return daemon_error(&e),
+        Err(e) => return Answer::Done(daemon_error(&e)),
     };
     let Some(info) = resp.process.as_ref() else {
-        return ShellResult::refused(in_profile_terms(&resp.error, config::ENV_ALLOW_COMMANDS));
+        return Answer::Done(ShellResult::refused(in_profile_terms(
+            &resp.error,
+            config::ENV_ALLOW_COMMANDS,
+        )));
     };
     if resp.status != pb::ExecStatus::Backgrounded as i32 {
-        return finished(c, info, &resp.output.unwrap_or_default());
+        return Answer::Done(finished(
+            c.timeout_secs,
+            info,
+            &resp.output.unwrap_or_default(),
+        ));
     }
     let spec = SettleSpec {
         request,
@@ -375,6 +410,10 @@ async fn run(
     let settled = run_until_settled(&ctx.session, spec, Some(backgrounded(&resp))).await;
     let state = match settled {
         Settled::Done(state) => state,
+        // The window of a task-augmented call passed: the task follows the command.
+        Settled::OutOfTime(_) if task_requested(request) => {
+            return Answer::Running(info.process_id.clone());
+        }
         Settled::OutOfTime(state) => {
             // The daemon's timeout should have ended it long ago; do not block for ever.
             stop(ctx, &info.process_id).await;
@@ -383,15 +422,15 @@ async fn run(
         Settled::Cancelled(_) => {
             // Nobody waits for the answer any more; the original kills the command too.
             stop(ctx, &info.process_id).await;
-            return ShellResult::refused("the call was cancelled");
+            return Answer::Done(ShellResult::refused("the call was cancelled"));
         }
-        Settled::Failed(e, _) => return daemon_error(&e),
+        Settled::Failed(e, _) => return Answer::Done(daemon_error(&e)),
     };
-    finished(
-        c,
+    Answer::Done(finished(
+        c.timeout_secs,
         &state.process.unwrap_or_default(),
         &state.output.unwrap_or_default(),
-    )
+    ))
 }
 
 /// Runs `shell_execute`. `None` for any other name.
@@ -405,11 +444,14 @@ async fn call(
     if name != TOOL_NAME {
         return None;
     }
-    let result = match parse(arguments, s) {
+    let answer = match parse(arguments, s) {
         Ok(c) => run(ctx, s, &c, request).await,
-        Err(message) => ShellResult::refused(message),
+        Err(message) => Answer::Done(ShellResult::refused(message)),
     };
-    Some(result.into_result())
+    Some(match answer {
+        Answer::Done(result) => result.into_result(),
+        Answer::Running(process_id) => still_running(&process_id),
+    })
 }
 
 #[cfg(test)]

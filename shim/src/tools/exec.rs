@@ -27,36 +27,30 @@ pub(super) fn definition(ctx: &Context) -> Tool {
     let input = json!({
         "type": "object",
         "properties": {
-            "command": {
-                "type": "string",
-                "description": "The command line, run by /bin/sh -c (pipes, &&, redirections work)."
-            },
+            "command": {"type": "string", "description": "Run by /bin/sh -c."},
             "side_effects": {
                 "type": "array",
                 "items": {"type": "string", "enum": SIDE_EFFECTS},
                 "minItems": 1,
                 "uniqueItems": true,
-                "description": "Side-effect categories this command may plausibly have. At least one; use [\"NONE\"] for a command without side effects (NONE is exclusive). Commands declaring a blocked category are refused with status failed_to_start."
+                "description": "What it may do; [\"NONE\"] if harmless."
             },
-            "cwd": {"type": "string", "description": "Working directory (relative paths are resolved against the default cwd). Must lie inside YIELDSHELL_ALLOWED_CWDS when that is set."},
-            "env": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Variables added to (or overriding) the environment."},
-            "shell": {"type": "string", "description": "Accepted for compatibility; commands always run with /bin/sh -c."},
-            "stdin": {"type": "string", "description": "Text written to stdin right after the command starts."},
-            "close_stdin": {"type": "boolean", "default": false, "description": "Close stdin after writing `stdin` (for commands that read to EOF). Leave false to keep `write` possible."},
-            "name": {"type": "string", "description": "A label to recognise the process by in ps."},
-            "yield_ms": {"type": "integer", "minimum": 0, "maximum": max_yield, "default": default_yield, "description": "How long to wait in the foreground. A command still running then continues in the background and you get its process_id. A command that finishes sooner returns at once."},
-            "timeout_ms": {"type": "integer", "minimum": 0, "default": p.default_timeout_ms.unwrap_or(0), "description": "Kill the whole process tree after this long (0: no limit)."},
-            "max_output_bytes": {"type": "integer", "minimum": 1, "maximum": max_out, "default": max_out, "description": "Most bytes of stdout and of stderr in the response (the latest output is shown)."}
+            "until": {"type": "string", "description": "Regex: return at a matching output line (a server's URL); it runs on."},
+            "yield_ms": {"type": "integer", "minimum": 0, "maximum": max_yield, "default": default_yield},
+            "stdin": {"type": "string"},
+            "shell": {"type": "string"},
+            "close_stdin": {"type": "boolean"},
+            "cwd": {"type": "string"},
+            "env": {"type": "object", "additionalProperties": {"type": "string"}},
+            "name": {"type": "string"},
+            "timeout_ms": {"type": "integer", "minimum": 0, "default": p.default_timeout_ms.unwrap_or(0), "description": "Then kill it (0: never)."},
+            "max_output_bytes": {"type": "integer", "minimum": 1, "maximum": max_out, "default": max_out}
         },
-        "required": ["command", "side_effects"],
-        "additionalProperties": true
+        "required": ["command", "side_effects"]
     });
     let description = format!(
-        "Run a shell command. Fast commands return their output and exit code directly (status completed). \
-         A command still running after yield_ms (default {default_yield} ms) keeps running in the background and the \
-         response has status backgrounded, its process_id and the output so far: then use read (with since_seq = next_seq) \
-         for new output, wait to block until it exits, write for stdin and stop to end it. Processes outlive this MCP \
-         session. Statuses: completed, backgrounded, timed_out, stopped, failed_to_start (with error), failed."
+        "Run a shell command: its output and exit code, or after yield_ms (default {default_yield}) \
+         status backgrounded and a process_id (it keeps running)."
     );
     tool(
         "exec",
@@ -95,6 +89,7 @@ fn parse(args: &Args) -> Result<pb::ExecRequest, ArgError> {
         timeout_ms: args.opt_u64("timeout_ms")?,
         max_output_bytes: args.opt_u64("max_output_bytes")?,
         shell: args.opt_string("shell")?,
+        until: args.opt_string("until")?.filter(|u| !u.is_empty()),
         ..Default::default()
     })
 }
@@ -114,13 +109,20 @@ async fn exec_once(
 fn sliced_view(state: &pb::WaitResponse, settled: bool, yield_ms: u64) -> ExecView {
     let info = state.process.clone().unwrap_or_default();
     let out = state.output.clone().unwrap_or_default();
+    // A ready-wait that matched is not an end: the process runs on in the background.
+    let matched = state.result == pb::WaitResult::Matched as i32;
+    let settled = settled && !matched;
     let status = if settled {
         views::process_status_name(info.status)
     } else {
         views::exec_status_name(pb::ExecStatus::Backgrounded as i32)
     };
     let message = views::exec_hint(status, &info, out.next_seq, yield_ms);
-    ExecView::of_process(&info, &out, status, message)
+    let mut view = ExecView::of_process(&info, &out, status, message);
+    if matched {
+        view.matched_line = Some(String::from_utf8_lossy(&state.matched_line).into_owned());
+    }
+    view
 }
 
 pub(super) async fn call(
@@ -149,6 +151,7 @@ pub(super) async fn call(
     // reporting progress in between. To the agent this is the same exec: it returns as soon as
     // the command ends, or as backgrounded once `yield_ms` has passed.
     let max_output_bytes = req.max_output_bytes;
+    let until = req.until.clone();
     let first = match exec_once(
         ctx,
         pb::ExecRequest {
@@ -164,7 +167,7 @@ pub(super) async fn call(
     let Some(info) = first.process.as_ref() else {
         return respond_with(&ExecView::from(&first));
     };
-    if first.status != pb::ExecStatus::Backgrounded as i32 {
+    if first.status != pb::ExecStatus::Backgrounded as i32 || first.matched_seq.is_some() {
         return respond_with(&ExecView::from(&first));
     }
     let spec = SettleSpec {
@@ -174,6 +177,10 @@ pub(super) async fn call(
         wait: pb::WaitRequest {
             process_id: info.process_id.clone(),
             max_output_bytes,
+            // The ready-wait goes on over the whole log, so a line printed during the first
+            // slice still counts.
+            until,
+            since_seq: Some(1),
             ..Default::default()
         },
         budget_ms: yield_ms,

@@ -13,13 +13,10 @@ pub const LOOKUP_TIMEOUT: Duration = Duration::from_millis(500);
 const LISTED: u32 = 20;
 
 /// The usage text.
-pub const USAGE: &str = "YieldShell runs shell commands for you. Call exec with the command and its side_effects \
-(use [\"NONE\"] for read-only commands). Fast commands return their output and exit code at once. A command still \
-running after yield_ms keeps running in the background and you get a process_id: use read with since_seq=next_seq \
-for new output (nothing is repeated or lost), wait to block until it exits (at most 55 s per call; `until` waits \
-for an output line such as a server's \"listening on\"), write to answer prompts, stop to end it with its whole \
-tree. Processes survive restarts of this MCP server: ps lists this project's processes (scope=all for every one), \
-cleanup removes old records. Prefer exec over re-running a command that is still running in the background.";
+pub const USAGE: &str = "Run commands with exec (side_effects [\"NONE\"] if read-only). A command still running \
+after yield_ms continues in the background as process_id: wait for it, read new output with since_seq=next_seq, \
+write to its stdin, stop its tree. until=REGEX returns at a matching line (exec: a server's URL; write: a REPL's \
+answer). Processes outlive this server: ps finds them.";
 
 /// The instructions with this project's running processes, if a daemon already runs (it is not
 /// started just for this). `None` when none answers within [`LOOKUP_TIMEOUT`].
@@ -39,9 +36,7 @@ pub fn instructions_with(list: &pb::ListResponse) -> String {
     if list.processes.is_empty() {
         return USAGE.to_string();
     }
-    let mut text = format!(
-        "{USAGE}\n\nStill running in this project (started earlier; use read/wait/stop with these ids):"
-    );
+    let mut text = format!("{USAGE}\n\nRunning in this project:");
     for p in &list.processes {
         let cmd: String = String::from_utf8_lossy(&p.command)
             .chars()

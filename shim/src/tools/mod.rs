@@ -1,9 +1,10 @@
 //! The seven tools of the default profile (DESIGN §3): definitions (input and output schemas,
 //! annotations, descriptions) and handlers, served by [`DefaultTools`].
 //!
-//! Every handler returns a tool result: the JSON body as `structuredContent` and as one text
-//! block. `isError` is true exactly when the body carries an `error`. Bodies of tools that take a
-//! `process_id` always echo it.
+//! Every handler returns a tool result: the JSON body as `structuredContent` and, lean (fields
+//! without information left out, see [`lean`], and the `process_id` the call named not echoed
+//! back), as one text block. `isError` is true exactly
+//! when the body carries an `error`. Bodies of tools that take a `process_id` always echo it.
 
 mod exec;
 pub mod instructions;
@@ -14,7 +15,7 @@ use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 use rmcp::RoleServer;
-use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
 use rmcp::service::RequestContext;
 use schemars::JsonSchema;
 use serde_json::{Map, Value, json};
@@ -65,7 +66,8 @@ impl DefaultTools {
     ) -> Option<CallToolResult> {
         let ctx = &self.ctx;
         let args = Args::new(arguments);
-        Some(match name {
+        let echoed = arguments.get("process_id").and_then(Value::as_str);
+        let result = match name {
             "exec" => exec::call(ctx, &args, request).await,
             "read" => output::read(ctx, &args).await,
             "write" => procs::write(ctx, &args).await,
@@ -74,6 +76,10 @@ impl DefaultTools {
             "ps" => procs::ps(ctx, &args).await,
             "cleanup" => procs::cleanup(ctx, &args).await,
             _ => return None,
+        };
+        Some(match echoed {
+            Some(id) => without_echo(result, id),
+            None => result,
         })
     }
 }
@@ -109,14 +115,81 @@ impl ToolSet for DefaultTools {
     ) -> BoxFuture<'a, Option<CallToolResult>> {
         Box::pin(self.call_tool(name, arguments, request))
     }
+
+    /// `exec` becomes a task when it would answer `backgrounded` (DESIGN §8).
+    fn task_session(&self) -> Option<&yieldshell_proto::client::Session> {
+        Some(&self.ctx.session)
+    }
 }
 
 /// A tool result carrying `body`; an error result when the body has a non-null `error`.
+/// `structuredContent` is the whole body (schema-valid); the text block, which is what the model
+/// reads, is [`lean`]'s copy of it.
 pub fn respond(body: Value) -> CallToolResult {
-    if body.get("error").is_some_and(|e| !e.is_null()) {
-        CallToolResult::structured_error(body)
+    let text = lean(&body).to_string();
+    let is_error = body.get("error").is_some_and(|e| !e.is_null());
+    let mut result = if is_error {
+        CallToolResult::error(vec![ContentBlock::text(text)])
     } else {
-        CallToolResult::structured(body)
+        CallToolResult::success(vec![ContentBlock::text(text)])
+    };
+    result.structured_content = Some(body);
+    result
+}
+
+/// Leaves the `process_id` echo out of the text block when it is the id the call was given: the
+/// model wrote it itself. `structuredContent` keeps it (bodies always echo the id).
+fn without_echo(mut result: CallToolResult, id: &str) -> CallToolResult {
+    for block in &mut result.content {
+        let Some(text) = block.as_text() else {
+            continue;
+        };
+        let Ok(Value::Object(mut m)) = serde_json::from_str::<Value>(&text.text) else {
+            continue;
+        };
+        if m.get("process_id").and_then(Value::as_str) == Some(id) {
+            m.remove("process_id");
+            *block = ContentBlock::text(Value::Object(m).to_string());
+        }
+    }
+    result
+}
+
+/// Whether a field's value carries no information, so the text block leaves it out (DESIGN §8,
+/// lean answers). The rule, field by field: `null`, `false` and `""` say nothing an absent
+/// field would not; `ok` repeats the result's `isError`; so does a zero count (`*_lines`, `*_bytes`, `descendants_running`) and an
+/// output window that starts at the first byte (`first_seq: 1`). Everything else stays, zeros
+/// that are answers included: `exit_code: 0`, `duration_ms`, `next_seq`, `removed: 0`, and
+/// empty lists (`processes: []` is the answer "none").
+fn uninformative(key: &str, value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        // `ok` (write) says what `isError` already says.
+        Value::Bool(b) => !b || key == "ok",
+        Value::String(s) => s.is_empty(),
+        Value::Number(n) => {
+            let zero_count = (key.ends_with("_lines")
+                || key.ends_with("_bytes")
+                || key == "descendants_running")
+                && n.as_u64() == Some(0);
+            zero_count || (key == "first_seq" && n.as_u64() == Some(1))
+        }
+        Value::Array(_) | Value::Object(_) => false,
+    }
+}
+
+/// The body as the text block carries it: the same object, recursively, minus the fields
+/// [`uninformative`] names.
+pub fn lean(body: &Value) -> Value {
+    match body {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, v)| !uninformative(k, v))
+                .map(|(k, v)| (k.clone(), lean(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(lean).collect()),
+        other => other.clone(),
     }
 }
 
@@ -200,4 +273,46 @@ pub struct ErrorBody {
     pub error: String,
     /// Machine-readable kind.
     pub error_kind: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lean_drops_fields_without_information_and_keeps_answers() {
+        let body = json!({
+            "process_id": "proc_1", "status": "completed", "exit_code": 0, "signal": null,
+            "stdout": "3\n", "stderr": "", "truncated": false, "first_seq": 1, "next_seq": 3,
+            "stdout_lines": 1, "stderr_lines": 0, "descendants_running": 0, "duration_ms": 0,
+            "processes": [{"name": null, "stdout_bytes": 0, "pid": 7}], "removed": 0
+        });
+        assert_eq!(
+            lean(&body),
+            json!({
+                "process_id": "proc_1", "status": "completed", "exit_code": 0, "stdout": "3\n",
+                "next_seq": 3, "stdout_lines": 1, "duration_ms": 0,
+                "processes": [{"pid": 7}], "removed": 0
+            })
+        );
+        // A window that does not start at the first byte says where it starts.
+        assert_eq!(lean(&json!({"first_seq": 9}))["first_seq"], 9);
+    }
+
+    #[test]
+    fn results_keep_the_whole_body_as_structured_content() {
+        let body = json!({"process_id": "p", "ok": true, "error": null, "stdout": "4\n"});
+        let r = respond(body.clone());
+        assert_eq!(r.structured_content, Some(body));
+        assert_eq!(r.is_error, Some(false));
+        let text = r.content[0]
+            .as_text()
+            .map(|t| t.text.clone())
+            .expect("text");
+        let parsed: Value = serde_json::from_str(&text).expect("JSON");
+        // `ok` repeats `isError`; `error: null` says nothing.
+        assert_eq!(parsed, json!({"process_id": "p", "stdout": "4\n"}));
+        let failed = respond(json!({"error": "no such process", "error_kind": "not_found"}));
+        assert_eq!(failed.is_error, Some(true));
+    }
 }

@@ -29,22 +29,18 @@ pub(super) fn read_definition(ctx: &Context) -> Tool {
     let input = json!({
         "type": "object",
         "properties": {
-            "process_id": {"type": "string", "description": "The process_id from exec or ps."},
-            "since_seq": {"type": "integer", "minimum": 1, "description": "Return output from this sequence number on (pass the previous response's next_seq: every byte comes exactly once, whatever max_output_bytes). Omit to get the latest output."},
-            "max_output_bytes": {"type": "integer", "minimum": 1, "maximum": max_out, "default": max_out, "description": "Most bytes per stream in this response."},
-            "streams": {"type": "string", "enum": ["both", "stdout", "stderr"], "default": "both", "description": "Which streams to return."},
-            "tail_lines": {"type": "integer", "minimum": 1, "maximum": MAX_TAIL_LINES, "description": "Latest view only: at most this many lines."}
+            "process_id": {"type": "string"},
+            "since_seq": {"type": "integer", "minimum": 1, "description": "The last next_seq: output after it, each byte once. Omit for the latest."},
+            "tail_lines": {"type": "integer", "minimum": 1, "maximum": MAX_TAIL_LINES, "description": "Latest: at most this many lines."},
+            "streams": {"type": "string", "enum": ["both", "stdout", "stderr"], "default": "both"},
+            "max_output_bytes": {"type": "integer", "minimum": 1, "maximum": max_out, "default": max_out, "description": "Per stream."}
         },
-        "required": ["process_id"],
-        "additionalProperties": true
+        "required": ["process_id"]
     });
     tool(
         "read",
         "Read a process's output",
-        "Read stdout/stderr of a running or finished process. With since_seq (the previous next_seq) it pages \
-         forward: the oldest unread bytes first, each byte exactly once; has_more says more is already there. \
-         Without since_seq it returns the latest output (first_seq says where it starts). truncated is true when \
-         requested bytes are no longer retained. Also returns status, exit_code and signal."
+        "Read a process's output (latest, or paged with since_seq), status and exit code; counts lines."
             .to_string(),
         input,
         output_schema::<ReadView, ProcessErrorView>(),
@@ -114,21 +110,19 @@ pub(super) fn wait_definition(ctx: &Context) -> Tool {
     let input = json!({
         "type": "object",
         "properties": {
-            "process_id": {"type": "string", "description": "The process_id from exec or ps."},
-            "timeout_ms": {"type": "integer", "minimum": 0, "default": 30_000, "description": "Longest wait; capped at 55000 ms so the call returns before MCP clients time out. When it passes, the process keeps running (wait_result: deadline_reached)."},
-            "max_output_bytes": {"type": "integer", "minimum": 1, "maximum": max_out, "default": max_out, "description": "Most bytes per stream of the latest output in the response."},
-            "until": {"type": "string", "description": "Regular expression: return as soon as an output line matches (wait_result: matched), e.g. \"listening on|ready\". Lines of any length are searched (a match must span under 32 KiB); for a line over 64 KiB, matched_line is the 64 KiB around the match."},
-            "since_seq": {"type": "integer", "minimum": 1, "default": 1, "description": "With until: match output from this sequence number on (default 1, so lines printed before the call count)."}
+            "process_id": {"type": "string"},
+            "timeout_ms": {"type": "integer", "minimum": 0, "maximum": MAX_BLOCKING_MS, "default": 30_000},
+            "until": {"type": "string", "description": "Regex: return once an output line matches."},
+            "since_seq": {"type": "integer", "minimum": 1, "default": 1, "description": "Where until starts matching."},
+            "max_output_bytes": {"type": "integer", "minimum": 1, "maximum": max_out, "default": max_out, "description": "Per stream."}
         },
-        "required": ["process_id"],
-        "additionalProperties": true
+        "required": ["process_id"]
     });
     tool(
         "wait",
         "Wait for a process",
-        "Block until the process exits (wait_result: exited), an output line matches `until` (matched), or \
-         timeout_ms passes (deadline_reached — the process keeps running; call wait again). Returns read's fields \
-         (latest output, status, exit_code, signal) plus descendants_running."
+        "Block until the process exits, a line matches until, or timeout_ms (it keeps running). \
+         Returns wait_result and read's fields."
             .to_string(),
         input,
         output_schema::<WaitView, ProcessErrorView>(),

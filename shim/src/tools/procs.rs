@@ -6,7 +6,7 @@ use yieldshell_proto::pb;
 use yieldshell_proto::session_config::DEFAULT_CLEANUP_OLDER_THAN_MS;
 use yieldshell_proto::views::{CleanupView, ProcessSummary, PsView, StopView, WriteView};
 
-use super::{ErrorBody, arg_error, output_schema, respond, respond_with, tool};
+use super::{ErrorBody, MAX_BLOCKING_MS, arg_error, output_schema, respond, respond_with, tool};
 use crate::args::{ArgError, Args};
 use crate::context::{Context, describe};
 
@@ -14,19 +14,19 @@ pub(super) fn write_definition() -> Tool {
     let input = json!({
         "type": "object",
         "properties": {
-            "process_id": {"type": "string", "description": "The process_id from exec or ps."},
-            "input": {"type": "string", "description": "Text to write to the process's stdin."},
-            "newline": {"type": "boolean", "default": false, "description": "Append \\n (press Enter)."},
-            "eof": {"type": "boolean", "default": false, "description": "Close stdin after writing (for commands that read until EOF)."}
+            "process_id": {"type": "string"},
+            "input": {"type": "string"},
+            "newline": {"type": "boolean", "description": "Append \\n."},
+            "eof": {"type": "boolean", "description": "Then close stdin."},
+            "until": {"type": "string", "description": "Regex: then return the output since the write, up to a matching line."},
+            "timeout_ms": {"type": "integer", "minimum": 0, "maximum": MAX_BLOCKING_MS, "default": DEFAULT_WRITE_WAIT_MS}
         },
-        "required": ["process_id", "input"],
-        "additionalProperties": true
+        "required": ["process_id", "input"]
     });
     tool(
         "write",
         "Write to a process's stdin",
-        "Write text to the stdin of a running process (a REPL, a prompt, cat). Then read or wait (e.g. with until) \
-         for its answer."
+        "Write to a running process's stdin. With until: one call per REPL/prompt exchange."
             .to_string(),
         input,
         output_schema::<WriteView, ErrorBody>(),
@@ -38,20 +38,16 @@ pub(super) fn write_definition() -> Tool {
     )
 }
 
+/// How long `write` with `until` waits by default.
+const DEFAULT_WRITE_WAIT_MS: u64 = 30_000;
+
 pub(super) async fn write(ctx: &Context, args: &Args<'_>) -> CallToolResult {
     let id = args
         .opt_string("process_id")
         .ok()
         .flatten()
         .unwrap_or_default();
-    let fail = |error: String, kind: &str| {
-        respond_with(&WriteView {
-            process_id: id.clone(),
-            ok: false,
-            error: Some(error),
-            error_kind: Some(kind.to_string()),
-        })
-    };
+    let fail = |error: String, kind: &str| respond_with(&WriteView::failed(&id, error, kind));
     let parsed = (|| -> Result<pb::WriteRequest, ArgError> {
         let process_id = args.string("process_id")?;
         let mut input = args
@@ -61,10 +57,17 @@ pub(super) async fn write(ctx: &Context, args: &Args<'_>) -> CallToolResult {
         if args.opt_bool("newline")?.unwrap_or(false) {
             input.push(b'\n');
         }
+        let until = args.opt_string("until")?.filter(|u| !u.is_empty());
+        let timeout_ms = args
+            .opt_u64("timeout_ms")?
+            .unwrap_or(DEFAULT_WRITE_WAIT_MS)
+            .min(MAX_BLOCKING_MS);
         Ok(pb::WriteRequest {
             process_id,
             input,
             eof: args.opt_bool("eof")?.unwrap_or(false),
+            timeout_ms: until.is_some().then_some(timeout_ms),
+            until,
             ..Default::default()
         })
     })();
@@ -73,12 +76,7 @@ pub(super) async fn write(ctx: &Context, args: &Args<'_>) -> CallToolResult {
         Err(e) => return fail(e.0, "invalid_argument"),
     };
     match ctx.session.write(req).await {
-        Ok(_) => respond_with(&WriteView {
-            process_id: id,
-            ok: true,
-            error: None,
-            error_kind: None,
-        }),
+        Ok(r) => respond_with(&WriteView::written(&id, &r)),
         Err(e) => {
             let (msg, kind) = describe(&e);
             fail(msg, kind)
@@ -90,19 +88,16 @@ pub(super) fn stop_definition() -> Tool {
     let input = json!({
         "type": "object",
         "properties": {
-            "process_id": {"type": "string", "description": "The process_id from exec or ps."},
-            "signal": {"type": "string", "default": "SIGTERM", "description": "First signal, with or without SIG: SIGTERM, SIGINT, SIGHUP, SIGKILL, … (or a number)."},
-            "force_after_ms": {"type": "integer", "minimum": 0, "default": 3000, "description": "Grace period before SIGKILL for whatever is still alive."}
+            "process_id": {"type": "string"},
+            "signal": {"type": "string", "default": "SIGTERM"},
+            "force_after_ms": {"type": "integer", "minimum": 0, "default": 3000, "description": "Then SIGKILL."}
         },
-        "required": ["process_id"],
-        "additionalProperties": true
+        "required": ["process_id"]
     });
     tool(
         "stop",
         "Stop a process tree",
-        "Stop a process and its whole tree (children, background jobs, even descendants that started their own \
-         session): the signal, then SIGKILL after force_after_ms. Returns once everything is gone, with \
-         stopped: true."
+        "Stop a process and its whole tree (descendants included); returns once all are gone."
             .to_string(),
         input,
         output_schema::<StopView, ErrorBody>(),
@@ -159,17 +154,15 @@ pub(super) fn ps_definition() -> Tool {
     let input = json!({
         "type": "object",
         "properties": {
-            "include_completed": {"type": "boolean", "default": true, "description": "Also list processes that have ended."},
-            "limit": {"type": "integer", "minimum": 1, "default": 50, "description": "Most entries (newest started first)."},
-            "scope": {"type": "string", "enum": ["project", "all"], "default": "project", "description": "project: processes running inside this session's working directory or started by this session; all: every process of this user."}
-        },
-        "additionalProperties": true
+            "include_completed": {"type": "boolean", "default": true},
+            "limit": {"type": "integer", "minimum": 1, "default": 50},
+            "scope": {"type": "string", "enum": ["project", "all"], "default": "project", "description": "all: every process of this user."}
+        }
     });
     tool(
         "ps",
         "List processes",
-        "List managed processes, newest first: id, pid, name, command, cwd, status, exit code or signal, times, \
-         output sizes. Processes outlive MCP sessions, so this also finds what an earlier session started."
+        "List processes, newest first, also those earlier sessions started: id, command, status, exit code."
             .to_string(),
         input,
         output_schema::<PsView, ErrorBody>(),
@@ -220,16 +213,14 @@ pub(super) fn cleanup_definition() -> Tool {
     let input = json!({
         "type": "object",
         "properties": {
-            "completed_older_than_ms": {"type": "integer", "minimum": 0, "default": DEFAULT_CLEANUP_OLDER_THAN_MS, "description": "Remove completed processes that ended longer ago than this."},
-            "stopped_older_than_ms": {"type": "integer", "minimum": 0, "default": DEFAULT_CLEANUP_OLDER_THAN_MS, "description": "Remove stopped, timed-out, failed and lost processes that ended longer ago than this."}
-        },
-        "additionalProperties": true
+            "completed_older_than_ms": {"type": "integer", "minimum": 0, "default": DEFAULT_CLEANUP_OLDER_THAN_MS},
+            "stopped_older_than_ms": {"type": "integer", "minimum": 0, "default": DEFAULT_CLEANUP_OLDER_THAN_MS}
+        }
     });
     tool(
         "cleanup",
         "Remove old process records",
-        "Remove the records (and saved output) of this project's processes that ended long enough ago. Running \
-         processes are never touched."
+        "Remove the records and output of this project's processes that ended that long ago."
             .to_string(),
         input,
         output_schema::<CleanupView, ErrorBody>(),

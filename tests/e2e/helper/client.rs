@@ -140,6 +140,7 @@ impl Client {
             process_id: id.into(),
             input: input.to_vec(),
             eof,
+            ..Default::default()
         };
         self.session
             .call(|mut c| {
