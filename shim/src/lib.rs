@@ -10,7 +10,9 @@
 //!   that waits on a process in slices.
 //! - [`tool_set`]: the [`tool_set::ToolSet`] trait each profile implements.
 //! - The profiles' tool sets, each importing only the modules above: [`tools`] (the default),
-//!   [`jobs`] (the MCP Background Job Server's) and [`shell`] (mcp-shell-server's).
+//!   [`jobs`] and [`shell`] (the specifications of the MCP Background Job Server and MCP Shell
+//!   Server), [`mcp_background_job`] and [`mcp_shell_server`] (the published packages; they reuse
+//!   the `jobs` machinery and the `shell` quoting).
 //! - [`profile`]: picks the profile and builds its tool set — the only place that branches on it.
 //! - [`tasks`]: MCP Tasks — a call whose process keeps running becomes a task whose state is
 //!   looked up through the daemon (task id = process id), and pushed task status.
@@ -21,6 +23,8 @@
 pub mod args;
 pub mod context;
 pub mod jobs;
+pub mod mcp_background_job;
+pub mod mcp_shell_server;
 pub mod profile;
 pub mod progress;
 pub mod server;

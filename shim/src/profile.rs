@@ -1,13 +1,19 @@
 //! Profiles: which server `mcp-yieldshell` impersonates.
 //!
-//! One binary, one daemon, one engine — three tool sets, so existing client configurations of
+//! One binary, one daemon, one engine — five tool sets, so existing client configurations of
 //! other shell servers can point at `mcp-yieldshell` with only the command line changed:
 //!
 //! | profile | tools | drop-in for |
 //! |---|---|---|
 //! | `default` | `exec`, `read`, `write`, `wait`, `stop`, `ps`, `cleanup` | the original YieldShell MCP server |
 //! | `jobs` | `execute`, `list`, `status`, `output`, `tail`, `kill`, `interact` | the MCP Background Job Server ([`crate::jobs`]) |
-//! | `shell` | `shell_execute` | mcp-shell-server ([`crate::shell`]) |
+//! | `shell` | `shell_execute` | mcp-shell-server's specification ([`crate::shell`]) |
+//! | `mcp-background-job` | `execute_command`, `list_jobs`, … | the published `mcp-background-job` 0.1.2 ([`crate::mcp_background_job`]) |
+//! | `mcp-shell-server` | `shell_execute` | the published `mcp-shell-server` 1.1.14 ([`crate::mcp_shell_server`]) |
+//!
+//! `jobs` and `shell` follow the specifications the packages were written from; the two named
+//! after the packages answer as the published versions do, so a client configured for
+//! `uvx mcp-background-job` or `uvx mcp-shell-server` changes only its command.
 //!
 //! The profile comes from `--profile` or `YIELDSHELL_PROFILE`. Each profile reads its own
 //! variables (`MCP_BG_*`, `ALLOW_COMMANDS`, …) on top of the `YIELDSHELL_*` ones and turns them
@@ -23,10 +29,12 @@ use yieldshell_proto::session_config::{ConfigError, SessionConfig};
 
 use crate::context::Context;
 use crate::jobs::JobsTools;
+use crate::mcp_background_job::BackgroundJobTools;
+use crate::mcp_shell_server::ShellServerTools;
 use crate::shell::ShellTools;
 use crate::tool_set::ToolSet;
 use crate::tools::DefaultTools;
-use crate::{jobs, shell};
+use crate::{jobs, mcp_shell_server, shell};
 
 /// Variable selecting the profile when `--profile` is not given.
 pub const ENV_PROFILE: &str = "YIELDSHELL_PROFILE";
@@ -39,8 +47,12 @@ pub enum Profile {
     Default,
     /// The Background Job Server's seven tools.
     Jobs,
-    /// mcp-shell-server's single synchronous tool.
+    /// mcp-shell-server's single synchronous tool, as specified.
     Shell,
+    /// The published `mcp-background-job` 0.1.2's seven tools.
+    McpBackgroundJob,
+    /// The published `mcp-shell-server` 1.1.14's `shell_execute`.
+    McpShellServer,
 }
 
 impl Profile {
@@ -50,6 +62,8 @@ impl Profile {
             Profile::Default => "default",
             Profile::Jobs => "jobs",
             Profile::Shell => "shell",
+            Profile::McpBackgroundJob => "mcp-background-job",
+            Profile::McpShellServer => "mcp-shell-server",
         }
     }
 
@@ -71,6 +85,10 @@ pub enum ProfileSettings {
     Jobs(jobs::config::JobsSettings),
     /// The shell profile.
     Shell(shell::config::ShellSettings),
+    /// The `mcp-background-job` profile (the `MCP_BG_*` variables, as the jobs profile reads them).
+    McpBackgroundJob(jobs::config::JobsSettings),
+    /// The `mcp-shell-server` profile.
+    McpShellServer(mcp_shell_server::config::ShellServerSettings),
 }
 
 impl ProfileSettings {
@@ -80,6 +98,8 @@ impl ProfileSettings {
             ProfileSettings::Default => Profile::Default,
             ProfileSettings::Jobs(_) => Profile::Jobs,
             ProfileSettings::Shell(_) => Profile::Shell,
+            ProfileSettings::McpBackgroundJob(_) => Profile::McpBackgroundJob,
+            ProfileSettings::McpShellServer(_) => Profile::McpShellServer,
         }
     }
 }
@@ -93,6 +113,12 @@ pub fn configure(
         Profile::Default => ProfileSettings::Default,
         Profile::Jobs => ProfileSettings::Jobs(jobs::config::apply(config)?),
         Profile::Shell => ProfileSettings::Shell(shell::config::apply(config)?),
+        Profile::McpBackgroundJob => {
+            ProfileSettings::McpBackgroundJob(jobs::config::apply(config)?)
+        }
+        Profile::McpShellServer => {
+            ProfileSettings::McpShellServer(mcp_shell_server::config::apply(config)?)
+        }
     })
 }
 
@@ -107,5 +133,7 @@ pub fn tool_set(
         ProfileSettings::Default => Arc::new(DefaultTools::new(ctx)),
         ProfileSettings::Jobs(_) => Arc::new(JobsTools::new(ctx)),
         ProfileSettings::Shell(s) => Arc::new(ShellTools::new(ctx, s)),
+        ProfileSettings::McpBackgroundJob(_) => Arc::new(BackgroundJobTools::new(ctx)),
+        ProfileSettings::McpShellServer(s) => Arc::new(ShellServerTools::new(ctx, s)),
     }
 }

@@ -19,6 +19,8 @@ mod mcp_tasks_wire;
 mod packaging;
 mod policy_env;
 mod profile_jobs;
+mod profile_published_jobs;
+mod profile_published_shell;
 mod profile_shell;
 mod ready_waits;
 mod reliability_clients;

@@ -565,6 +565,8 @@ fn b7_every_tool_of_every_profile_answers_arbitrary_arguments_with_a_result() {
         ("default", None),
         ("jobs", None),
         ("shell", Some(("ALLOW_COMMANDS", "echo,ls"))),
+        ("mcp-background-job", None),
+        ("mcp-shell-server", Some(("ALLOW_COMMANDS", "echo,ls"))),
     ] {
         let mut vars = vec![("YIELDSHELL_NO_AUTOSTART", "1")];
         vars.extend(extra);

@@ -424,7 +424,7 @@ fn start(
     d.store.save(&facts.starting_record());
     crate::faults::delay_spawn(&req.command); // tests only (RELIABILITY F3)
     let spec = spawn::SpawnSpec {
-        command: req.command,
+        command: super::exec_line::exec_single(req.command),
         cwd: facts.cwd.clone(),
         env: req.env,
         process_id: facts.id.clone(),

@@ -69,7 +69,7 @@ async fn next_output(
         .then(|| resp.output.unwrap_or_default().next_seq))
 }
 
-pub(super) async fn interact(ctx: &Context, args: &Args<'_>) -> Result<ProcessOutput, ToolError> {
+pub(crate) async fn interact(ctx: &Context, args: &Args<'_>) -> Result<ProcessOutput, ToolError> {
     let id = job_id(args)?;
     let mut input = args
         .opt_string("input")

@@ -15,8 +15,8 @@
 //!   described in [`interact`].
 
 pub mod config;
-mod interact;
-mod tools;
+pub(crate) mod interact;
+pub(crate) mod tools;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -109,7 +109,7 @@ impl ToolError {
         ToolError(format!("Job {job_id} not found"))
     }
 
-    fn into_result(self) -> CallToolResult {
+    pub(crate) fn into_result(self) -> CallToolResult {
         CallToolResult::error(vec![ContentBlock::text(self.0)])
     }
 }
@@ -124,17 +124,26 @@ pub enum JobStatus {
     Completed,
     /// Exited non-zero, by a signal it did not get from `kill`, by its timeout, or was lost.
     Failed,
-    /// Ended by `kill` (or any other stop).
+    /// Ended by `kill` (or any other stop), or by SIGKILL or SIGTERM from outside.
     Killed,
 }
 
-/// Folds a process's status into a job status: completed with exit 0 is `completed`; completed
-/// with another exit (or a signal), `timed_out`, `failed` and `lost` are `failed`; `stopped` is
-/// `killed`.
+/// The signals that make an ended job `killed` rather than `failed`: the two a `kill` sends,
+/// whoever sent them (the original reports exit status -9 and -15 as `killed`).
+const KILL_SIGNALS: [&str; 2] = ["SIGKILL", "SIGTERM"];
+
+/// Folds a process's status into a job status: completed with exit 0 is `completed`; `stopped`,
+/// or ended by SIGKILL or SIGTERM, is `killed`; another exit or signal, `timed_out`, `failed`
+/// and `lost` are `failed`.
 pub fn job_status(p: &pb::ProcessInfo) -> JobStatus {
+    let killed_by_signal = p
+        .signal
+        .as_deref()
+        .is_some_and(|s| KILL_SIGNALS.contains(&s));
     match pb::ProcessStatus::try_from(p.status).unwrap_or(pb::ProcessStatus::Unspecified) {
         pb::ProcessStatus::Running => JobStatus::Running,
         pb::ProcessStatus::Completed if p.exit_code == Some(0) => JobStatus::Completed,
+        pb::ProcessStatus::Completed if killed_by_signal => JobStatus::Killed,
         pb::ProcessStatus::Stopped => JobStatus::Killed,
         pb::ProcessStatus::Completed
         | pb::ProcessStatus::TimedOut
@@ -329,6 +338,13 @@ mod tests {
         );
         assert_eq!(job_status(&info(S::Completed, Some(3))), JobStatus::Failed);
         assert_eq!(job_status(&info(S::Completed, None)), JobStatus::Failed);
+        let signalled = |name: &str| pb::ProcessInfo {
+            signal: Some(name.to_string()),
+            ..info(S::Completed, None)
+        };
+        assert_eq!(job_status(&signalled("SIGKILL")), JobStatus::Killed);
+        assert_eq!(job_status(&signalled("SIGTERM")), JobStatus::Killed);
+        assert_eq!(job_status(&signalled("SIGSEGV")), JobStatus::Failed);
         assert_eq!(job_status(&info(S::TimedOut, None)), JobStatus::Failed);
         assert_eq!(job_status(&info(S::Failed, None)), JobStatus::Failed);
         assert_eq!(job_status(&info(S::Lost, None)), JobStatus::Failed);

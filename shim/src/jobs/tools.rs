@@ -4,15 +4,16 @@ use yieldshell_proto::client::ClientError;
 use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::ids::is_client_process_id;
 use yieldshell_proto::pb;
+use yieldshell_proto::session_config::ENV_ALLOW_COMMANDS;
 use yieldshell_proto::views::{format_unix_ms, text};
 
-use super::config::READ_PAGE_BYTES;
+use super::config::{ENV_ALLOWED_COMMANDS, READ_PAGE_BYTES};
 use super::{
     ExecuteOutput, JobSummary, KillOutput, ListOutput, ProcessOutput, StatusOutput, ToolError,
     job_status,
 };
 use crate::args::Args;
-use crate::context::{Context, describe};
+use crate::context::{Context, describe, env_var_set};
 
 /// `tail`'s default line count (the spec's).
 pub const DEFAULT_TAIL_LINES: u64 = 50;
@@ -35,7 +36,7 @@ fn invalid(message: impl std::fmt::Display) -> ToolError {
 }
 
 /// The required `job_id`. An id that is not a lowercase UUID names no job.
-pub(super) fn job_id(args: &Args) -> Result<String, ToolError> {
+pub(crate) fn job_id(args: &Args) -> Result<String, ToolError> {
     let id = args.string("job_id").map_err(invalid)?;
     if is_client_process_id(&id) {
         Ok(id)
@@ -45,7 +46,7 @@ pub(super) fn job_id(args: &Args) -> Result<String, ToolError> {
 }
 
 /// Turns a failed call into the original's messages: unknown ids are `Job <id> not found`.
-pub(super) fn call_error(e: &ClientError, job_id: &str, what: &str) -> ToolError {
+pub(crate) fn call_error(e: &ClientError, job_id: &str, what: &str) -> ToolError {
     if e.kind() == ErrorKind::UnknownProcess {
         return ToolError::not_found(job_id);
     }
@@ -54,7 +55,7 @@ pub(super) fn call_error(e: &ClientError, job_id: &str, what: &str) -> ToolError
 }
 
 /// The job's state, without its output.
-pub(super) async fn info(
+pub(crate) async fn info(
     ctx: &Context,
     job_id: &str,
     what: &str,
@@ -72,7 +73,7 @@ pub(super) async fn info(
 }
 
 /// Everything retained from `since` on, paged forward so each byte comes exactly once.
-pub(super) async fn collect_since(
+pub(crate) async fn collect_since(
     ctx: &Context,
     job_id: &str,
     since: u64,
@@ -107,18 +108,47 @@ fn process_output(stdout: &[u8], stderr: &[u8]) -> ProcessOutput {
     }
 }
 
-/// Maps an `exec` refusal onto the original's messages.
-fn refusal(resp: &pb::ExecResponse) -> ToolError {
+/// Maps an `exec` refusal onto the original's messages. The session's own limit is worded as
+/// the original words it, naming the number the user set (`MCP_BG_MAX_JOBS`), not the
+/// `YIELDSHELL_*` variable it became.
+pub(crate) fn refusal(resp: &pb::ExecResponse, max_jobs: u32, allow_var: &str) -> ToolError {
     let kind = ErrorKind::parse(&resp.error_kind);
     let prefix = match kind {
         Some(ErrorKind::CommandDenied | ErrorKind::InvalidArgument) => "Invalid command",
+        Some(ErrorKind::LimitReached) if resp.error.starts_with("this session") => {
+            return ToolError(format!(
+                "Job limit reached: Maximum concurrent jobs limit ({max_jobs}) reached"
+            ));
+        }
         Some(ErrorKind::LimitReached) => "Job limit reached",
         _ => "Failed to execute command",
     };
-    ToolError(format!("{prefix}: {}", resp.error))
+    ToolError(format!(
+        "{prefix}: {}",
+        in_profile_terms(&resp.error, allow_var)
+    ))
 }
 
-pub(super) async fn execute(ctx: &Context, args: &Args<'_>) -> Result<ExecuteOutput, ToolError> {
+/// A daemon message in the words of a profile's user: the daemon names the `YIELDSHELL_*`
+/// variable a setting became (`YIELDSHELL_ALLOW_COMMANDS`), the user set the profile's own
+/// (`allow_var`, e.g. `MCP_BG_ALLOWED_COMMANDS`).
+pub(crate) fn in_profile_terms(message: &str, allow_var: &str) -> String {
+    message.replace(ENV_ALLOW_COMMANDS, allow_var)
+}
+
+/// The allowlist variable a jobs-profile user set: `MCP_BG_ALLOWED_COMMANDS`, unless only
+/// `YIELDSHELL_ALLOW_COMMANDS` is set.
+fn allow_var(ctx: &Context) -> &'static str {
+    if env_var_set(&ctx.config, ENV_ALLOWED_COMMANDS).is_some()
+        || env_var_set(&ctx.config, ENV_ALLOW_COMMANDS).is_none()
+    {
+        ENV_ALLOWED_COMMANDS
+    } else {
+        ENV_ALLOW_COMMANDS
+    }
+}
+
+pub(crate) async fn execute(ctx: &Context, args: &Args<'_>) -> Result<ExecuteOutput, ToolError> {
     let command = args
         .opt_string("command")
         .map_err(invalid)?
@@ -126,10 +156,21 @@ pub(super) async fn execute(ctx: &Context, args: &Args<'_>) -> Result<ExecuteOut
     if command.trim().is_empty() {
         return Err(ToolError("Invalid command: Command cannot be empty".into()));
     }
+    start(ctx, command.into_bytes(), None).await
+}
+
+/// Starts `line` as a new job under a fresh UUID; `name` is what `list` shows instead of the line
+/// (the `mcp-background-job` profile runs a rewritten line but lists the command as given).
+pub(crate) async fn start(
+    ctx: &Context,
+    line: Vec<u8>,
+    name: Option<String>,
+) -> Result<ExecuteOutput, ToolError> {
     let job_id = uuid::Uuid::new_v4().to_string();
     let req = pb::ExecRequest {
-        command: command.into_bytes(),
+        command: line,
         side_effects: vec![SIDE_EFFECTS.to_string()],
+        name,
         // Return as soon as the job is registered: every job runs in the background.
         yield_ms: Some(0),
         process_id: Some(job_id.clone()),
@@ -141,7 +182,11 @@ pub(super) async fn execute(ctx: &Context, args: &Args<'_>) -> Result<ExecuteOut
         .await
         .map_err(|e| ToolError(format!("Failed to execute command: {}", describe(&e).0)))?;
     let Some(process) = resp.process.as_ref() else {
-        return Err(refusal(&resp));
+        return Err(refusal(
+            &resp,
+            ctx.config.policy.max_processes.unwrap_or_default(),
+            allow_var(ctx),
+        ));
     };
     if process.process_id != job_id {
         // A daemon older than client-chosen ids ignored ours. Its process would be a job nobody
@@ -162,7 +207,7 @@ pub(super) async fn execute(ctx: &Context, args: &Args<'_>) -> Result<ExecuteOut
     Ok(ExecuteOutput { job_id })
 }
 
-pub(super) async fn list(ctx: &Context) -> Result<ListOutput, ToolError> {
+pub(crate) async fn list(ctx: &Context) -> Result<ListOutput, ToolError> {
     let req = pb::ListRequest {
         include_completed: true,
         limit: 0,
@@ -188,7 +233,7 @@ pub(super) async fn list(ctx: &Context) -> Result<ListOutput, ToolError> {
     Ok(ListOutput { jobs })
 }
 
-pub(super) async fn status(ctx: &Context, args: &Args<'_>) -> Result<StatusOutput, ToolError> {
+pub(crate) async fn status(ctx: &Context, args: &Args<'_>) -> Result<StatusOutput, ToolError> {
     let id = job_id(args)?;
     let p = info(ctx, &id, "get job status").await?;
     Ok(StatusOutput {
@@ -196,7 +241,7 @@ pub(super) async fn status(ctx: &Context, args: &Args<'_>) -> Result<StatusOutpu
     })
 }
 
-pub(super) async fn output(ctx: &Context, args: &Args<'_>) -> Result<ProcessOutput, ToolError> {
+pub(crate) async fn output(ctx: &Context, args: &Args<'_>) -> Result<ProcessOutput, ToolError> {
     let id = job_id(args)?;
     let (stdout, stderr) = collect_since(ctx, &id, 1)
         .await
@@ -204,7 +249,7 @@ pub(super) async fn output(ctx: &Context, args: &Args<'_>) -> Result<ProcessOutp
     Ok(process_output(&stdout, &stderr))
 }
 
-pub(super) async fn tail(ctx: &Context, args: &Args<'_>) -> Result<ProcessOutput, ToolError> {
+pub(crate) async fn tail(ctx: &Context, args: &Args<'_>) -> Result<ProcessOutput, ToolError> {
     let id = job_id(args)?;
     let lines = args
         .opt_u64("lines")
@@ -238,7 +283,7 @@ pub(super) async fn tail(ctx: &Context, args: &Args<'_>) -> Result<ProcessOutput
     Ok(process_output(&texts[0], &texts[1]))
 }
 
-pub(super) async fn kill(ctx: &Context, args: &Args<'_>) -> Result<KillOutput, ToolError> {
+pub(crate) async fn kill(ctx: &Context, args: &Args<'_>) -> Result<KillOutput, ToolError> {
     let id = args.string("job_id").map_err(invalid)?;
     let answer = |s: &str| Ok(KillOutput { status: s.into() });
     if !is_client_process_id(&id) {
@@ -256,5 +301,43 @@ pub(super) async fn kill(ctx: &Context, args: &Args<'_>) -> Result<KillOutput, T
         Ok(r) => Err(ToolError(format!("Failed to kill job: {}", r.error))),
         Err(e) if e.kind() == ErrorKind::UnknownProcess => answer("not_found"),
         Err(e) => Err(ToolError(format!("Failed to kill job: {}", describe(&e).0))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_name_the_variables_of_the_profile() {
+        let refused = |kind: ErrorKind, error: &str| pb::ExecResponse {
+            error: error.to_string(),
+            error_kind: kind.as_str().to_string(),
+            ..Default::default()
+        };
+        let r = refusal(
+            &refused(
+                ErrorKind::CommandDenied,
+                "program \"rm\" is not in YIELDSHELL_ALLOW_COMMANDS (allowed: ls)",
+            ),
+            10,
+            ENV_ALLOWED_COMMANDS,
+        );
+        assert_eq!(
+            r.0,
+            "Invalid command: program \"rm\" is not in MCP_BG_ALLOWED_COMMANDS (allowed: ls)"
+        );
+        let r = refusal(
+            &refused(
+                ErrorKind::LimitReached,
+                "this session already runs 2 processes (YIELDSHELL_MAX_PROCESSES=2); stop one",
+            ),
+            2,
+            ENV_ALLOWED_COMMANDS,
+        );
+        assert_eq!(
+            r.0,
+            "Job limit reached: Maximum concurrent jobs limit (2) reached"
+        );
     }
 }

@@ -1,4 +1,5 @@
-//! The `shell` profile: mcp-shell-server's one synchronous tool, `shell_execute`.
+//! The `shell` profile: the MCP Shell Server specification's one synchronous tool,
+//! `shell_execute`.
 //!
 //! `command` is an argv array. [`argv`] checks every command in it (the first element, and the
 //! first after each `;`, `&&`, `||` or `|` element) against `ALLOW_COMMANDS`, then builds a
@@ -6,7 +7,9 @@
 //! re-checking the line against the same allowlist, and its timeout stops the whole process tree.
 //! The call blocks until the command has ended (sending progress notifications when the client
 //! asked for them), then returns `{stdout, stderr, status, execution_time}` plus `error` when it
-//! failed: refused, timed out, stopped or lost. A refusal has the original's shape:
+//! failed: refused, timed out, stopped or lost. A refusal is the specification's object (the
+//! published package answers in plain text instead: that is the `mcp-shell-server` profile,
+//! [`crate::mcp_shell_server`]):
 //! `{"error": "Command not allowed: rm", "status": 1, "stdout": "", "stderr": "Command not allowed: rm", "execution_time": 0}`.
 //!
 //! A request that declares the MCP tasks extension blocks at most
@@ -31,6 +34,7 @@ use yieldshell_proto::pb;
 use yieldshell_proto::views::text;
 
 use crate::context::{Context, describe, schema_object, schema_of};
+use crate::jobs::tools::in_profile_terms;
 use crate::progress::{
     Progress, SettleSpec, Settled, backgrounded, heartbeat_ms, run_until_settled,
 };
@@ -117,7 +121,7 @@ pub struct ShellResult {
 }
 
 impl ShellResult {
-    /// A refusal, in the original's shape.
+    /// A refusal, in the specification's shape.
     pub fn refused(message: impl Into<String>) -> ShellResult {
         let message = message.into();
         ShellResult {
@@ -229,12 +233,28 @@ fn parse(args: &Map<String, Value>, s: &ShellSettings) -> Result<Call, String> {
         (Some(_), Some(t)) if t <= 0 => return Err("'timeout' must be greater than 0".into()),
         (Some(_), Some(t)) => u64::try_from(t).unwrap_or(u64::MAX).min(s.max_timeout_secs),
     };
+    let directory = match string("directory")? {
+        // The original refuses a blank directory rather than running in the default one.
+        Some(d) if d.trim().is_empty() => return Err("Directory cannot be empty".into()),
+        other => other,
+    };
     Ok(Call {
         argv,
         stdin: string("stdin")?,
-        directory: string("directory")?.filter(|d| !d.is_empty()),
+        directory,
         timeout_secs,
     })
+}
+
+/// Checks a working directory as the original does, with its wording: it must exist and be a
+/// directory. `base` is where a relative one is resolved (the session's default cwd).
+pub(crate) fn check_directory(directory: &str, base: &std::path::Path) -> Result<(), String> {
+    let path = base.join(directory);
+    match std::fs::metadata(&path) {
+        Err(_) => Err(format!("Directory does not exist: {}", path.display())),
+        Ok(m) if !m.is_dir() => Err(format!("Not a directory: {}", path.display())),
+        Ok(_) => Ok(()),
+    }
 }
 
 /// Exit status of a process that a signal ended: minus its number, as Python reports it.
@@ -326,6 +346,11 @@ async fn run(
     if let Err(message) = argv::check(&c.argv, &s.allowed) {
         return Answer::Done(ShellResult::refused(message));
     }
+    if let Some(dir) = &c.directory
+        && let Err(message) = check_directory(dir, &ctx.config.default_cwd)
+    {
+        return Answer::Done(ShellResult::refused(message));
+    }
     let timeout_ms = c.timeout_secs.saturating_mul(1000);
     // A request that asked for tasks blocks one short window; the task follows the rest.
     let budget_ms = if task_requested(request) {
@@ -358,7 +383,10 @@ async fn run(
         Err(e) => return Answer::Done(daemon_error(&e)),
     };
     let Some(info) = resp.process.as_ref() else {
-        return Answer::Done(ShellResult::refused(resp.error));
+        return Answer::Done(ShellResult::refused(in_profile_terms(
+            &resp.error,
+            config::ENV_ALLOW_COMMANDS,
+        )));
     };
     if resp.status != pb::ExecStatus::Backgrounded as i32 {
         return Answer::Done(finished(
@@ -485,6 +513,10 @@ mod tests {
             (
                 json!({"command": ["ls"], "stdin": 5}),
                 "'stdin' must be a string",
+            ),
+            (
+                json!({"command": ["ls"], "directory": " "}),
+                "Directory cannot be empty",
             ),
         ] {
             assert_eq!(
