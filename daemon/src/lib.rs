@@ -3,6 +3,7 @@
 //!
 //! Crate map:
 //! - [`process`]: spawning, the per-process actor, the reaper, tree containment;
+//! - [`holder`]: the per-process holder (`yieldshelld hold`) and the daemon's link to it;
 //! - [`output`]: the per-process output log (ring + spool);
 //! - [`policy`]: per-session rules and secret redaction;
 //! - [`service`]: the gRPC handlers; [`listener`]: socket, activation, peer check;
@@ -19,6 +20,7 @@ pub mod config;
 pub mod error;
 pub mod faults;
 pub mod heap;
+pub mod holder;
 pub mod limits;
 pub mod listener;
 pub mod lock;
@@ -100,6 +102,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
         sessions: Sessions::default(),
         store,
         shutdown: CancellationToken::new(),
+        detach: CancellationToken::new(),
         started_at: SystemTime::now(),
         started: Instant::now(),
         log_dir,
@@ -164,7 +167,12 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
         _ = daemon.shutdown.cancelled() => None,
     };
     daemon.shutdown.cancel();
-    tracing::info!("shutting down: stopping managed processes");
+    let keep = daemon.detach.is_cancelled();
+    if keep {
+        tracing::info!("shutting down: leaving managed processes to their holders");
+    } else {
+        tracing::info!("shutting down: stopping managed processes");
+    }
     // An `exec` past its limit check before the cancel is counted under the spawn lock; one
     // after it refuses. Wait for the counted ones to register, so the sweep sees them.
     drop(daemon.spawn_lock.lock().unwrap_or_else(|e| e.into_inner()));
@@ -190,7 +198,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
                     ids.push(p.facts.id.clone());
                 }
             }
-            if ids.is_empty() {
+            if ids.is_empty() || d.detach.is_cancelled() {
                 return;
             }
             tracing::info!(processes = ids.len(), "stopping every managed tree");
@@ -210,7 +218,8 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
     if waited.is_err() {
         tracing::error!("some process actors did not finish in time");
     }
-    // Never leave a process running unsupervised: whatever still runs now gets SIGKILL.
+    // Never leave a process running unsupervised: whatever still runs now gets SIGKILL (unless
+    // its holder keeps it for the next daemon).
     sweep(Duration::ZERO).await;
     retention.abort();
     trimmer.abort();

@@ -71,6 +71,13 @@ fn init_logging(
 }
 
 fn main() -> std::process::ExitCode {
+    // A holder (`yieldshelld hold`, started by the daemon for each process) runs no runtime, no
+    // logging and none of the daemon's setup: it is dispatched before anything else.
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(yieldshelld::holder::HOLD_ARG))
+    {
+        return yieldshelld::holder::serve::main();
+    }
     let args = Args::parse();
     match real_main(args) {
         Ok(()) => std::process::ExitCode::SUCCESS,

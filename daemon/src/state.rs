@@ -34,6 +34,9 @@ pub struct Daemon {
     pub store: RecordStore,
     /// Cancelled on shutdown.
     pub shutdown: CancellationToken,
+    /// Cancelled (before `shutdown`) when the daemon leaves its processes running for the next
+    /// one (`Shutdown` with `keep_processes`): actors let go, nothing is stopped.
+    pub detach: CancellationToken,
     /// Wall-clock start.
     pub started_at: SystemTime,
     /// Monotonic start.

@@ -186,6 +186,9 @@ struct LogInner {
     /// Set once the ring of an ended process was cut to a small tail ([`OutputLog::release_memory`]):
     /// where the ring started then. Bytes from here on still read as if in memory (from disk).
     trimmed_from: Option<u64>,
+    /// A holder writes this log's spool (not this daemon): the spool's health as it last
+    /// reported it (bytes lost, and why while failing).
+    held: Option<(u64, Option<String>)>,
 }
 
 /// Bytes an ended process keeps in memory once its output is cold: its latest output for the
@@ -268,6 +271,7 @@ impl OutputLog {
                 spool: spool_dir.map(|_| SpoolBuffer::new()),
                 closed: false,
                 trimmed_from: None,
+                held: None,
             }),
             files: spool_dir.map(|d| Mutex::new(SpoolFiles::create(d, spool_cap))),
             end,
@@ -331,6 +335,43 @@ impl OutputLog {
             log.end.send_replace(end);
         }
         log
+    }
+
+    /// A log whose spool a holder writes (in `spool_dir`, when there is a spool): the daemon
+    /// keeps the ring and reads the spool, and never writes it.
+    pub fn held(ring_bytes: usize, spool_dir: Option<&Path>) -> OutputLog {
+        let mut log = OutputLog::new(ring_bytes, None, 0);
+        log.spool_dir = spool_dir.map(Path::to_path_buf);
+        log.lock().held = Some((0, None));
+        log
+    }
+
+    /// The log of a process a new daemon re-adopts from its holder: the ring rebuilt from the
+    /// spool, as [`OutputLog::restore`] does, and open for the holder's bytes from `next_seq`
+    /// on (anything the spool lacks before it is a gap).
+    pub fn adopted(ring_bytes: usize, spool_dir: &Path, next_seq: u64, lost: u64) -> OutputLog {
+        let log = OutputLog::restore(ring_bytes, spool_dir);
+        {
+            let mut inner = log.lock();
+            if next_seq > inner.next_seq {
+                inner.ring = Ring::new(ring_bytes, next_seq);
+                inner.next_seq = next_seq;
+            }
+            inner.closed = false;
+            inner.held = Some((lost, None));
+            let end = LogEnd {
+                next_seq: inner.next_seq,
+                closed: false,
+            };
+            drop(inner);
+            log.end.send_replace(end);
+        }
+        log
+    }
+
+    /// The spool health a holder reported.
+    pub fn set_held_health(&self, lost: u64, why: Option<String>) {
+        self.lock().held = Some((lost, why));
     }
 
     fn lock(&self) -> MutexGuard<'_, LogInner> {
@@ -431,6 +472,9 @@ impl OutputLog {
     pub fn spool_health(&self) -> (u64, Option<String>) {
         let (discarded, disabled) = {
             let inner = self.lock();
+            if let Some(held) = inner.held.clone() {
+                return held;
+            }
             inner
                 .spool
                 .as_ref()
@@ -485,6 +529,18 @@ impl OutputLog {
             .is_some_and(|f| f.dropped > 0 || f.start() > ring_start)
         {
             return false;
+        }
+        // A holder's spool: only when it lost nothing and its cap has not deleted bytes the
+        // ring still holds.
+        if let Some((lost, _)) = inner.held {
+            let kept_from = self
+                .spool_dir
+                .as_deref()
+                .and_then(|d| SpoolReader::open(d).ok())
+                .map(|r| r.range().0);
+            if lost > 0 || kept_from.is_none_or(|start| start > ring_start) {
+                return false;
+            }
         }
         let floor = inner.ring.start();
         inner.ring = inner.ring.tail(COLD_TAIL_BYTES);
