@@ -53,6 +53,10 @@ use crate::session::Sessions;
 pub use crate::state::Daemon;
 use crate::state::RETENTION_TICK;
 
+/// Holders kept started and idle, so an `exec` does not wait for one to start (a burst beyond
+/// them starts its own).
+const IDLE_HOLDERS: usize = 2;
+
 /// Largest request the daemon decodes (a command line, a stdin write, an environment).
 pub const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
 
@@ -86,17 +90,23 @@ fn notify_systemd_ready() {
 }
 
 /// Runs the daemon until SIGTERM/SIGINT or a `Shutdown` call, then stops every managed process
-/// and exits.
-pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
+/// and exits — or, on SIGUSR1 or a `Shutdown` with `keep_processes`, exits leaving them to their
+/// holders for the next daemon.
+pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<Ended> {
     record::create_private_dir(&config.state_dir)
         .with_context(|| format!("creating state directory {}", config.state_dir.display()))?;
     let lock = InstanceLock::acquire(&config.state_dir)?;
     reaper::become_subreaper().context("becoming a child subreaper")?;
     let reaper = Reaper::start().context("installing the SIGCHLD handler")?;
     let store = RecordStore::open(&config.state_dir).context("opening the record store")?;
+    let holders = Arc::new(crate::holder::link::HolderPool::new(
+        reaper.clone(),
+        IDLE_HOLDERS,
+    ));
     let daemon = Arc::new(Daemon {
         config: config.clone(),
         reaper,
+        holders: holders.clone(),
         registry: Registry::default(),
         running: Arc::new(limits::RunningCounts::default()),
         sessions: Sessions::default(),
@@ -111,6 +121,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
         actors: Mutex::new(Vec::new()),
     });
     let lost = recovery::recover(&daemon);
+    tokio::task::spawn_blocking(move || holders.refill());
     let bound = listener::bind(&config.socket)?;
     tracing::info!(
         pid = std::process::id(),
@@ -124,7 +135,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
         "yieldshelld ready"
     );
 
-    spawn_signal_handlers(daemon.shutdown.clone())?;
+    spawn_signal_handlers(daemon.shutdown.clone(), daemon.detach.clone())?;
     let retention = {
         let d = daemon.clone();
         tokio::spawn(async move {
@@ -230,6 +241,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
     {
         server.abort();
     }
+    daemon.holders.drain();
     // Every queued record write reaches the disk before the daemon is gone.
     daemon.store.flush();
     listener::remove_if_ours(&bound.owned_path);
@@ -238,7 +250,11 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
     if let Some(Ok(Err(e))) = server_result {
         return Err(e).context("serving the control socket");
     }
-    Ok(())
+    Ok(if keep {
+        Ended::KeptProcesses
+    } else {
+        Ended::Stopped
+    })
 }
 
 async fn futures_join_all(handles: Vec<JoinHandle<()>>) {
@@ -247,17 +263,28 @@ async fn futures_join_all(handles: Vec<JoinHandle<()>>) {
     }
 }
 
-fn spawn_signal_handlers(shutdown: CancellationToken) -> anyhow::Result<()> {
+fn spawn_signal_handlers(
+    shutdown: CancellationToken,
+    detach: CancellationToken,
+) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     // SIGHUP (terminal hang-up) must not kill a daemon that owns processes: log and go on.
     let mut hup = signal(SignalKind::hangup())?;
+    // SIGUSR1: exit leaving every process to its holder (a service manager's reload, which
+    // then starts the daemon anew: packaging/systemd).
+    let mut usr1 = signal(SignalKind::user_defined1())?;
     tokio::spawn(async move {
         loop {
             tokio::select! {
                 _ = term.recv() => { tracing::info!("SIGTERM received"); break; }
                 _ = int.recv() => { tracing::info!("SIGINT received"); break; }
+                _ = usr1.recv() => {
+                    tracing::info!("SIGUSR1 received: exiting, processes kept");
+                    detach.cancel();
+                    break;
+                }
                 _ = hup.recv() => { tracing::info!("SIGHUP ignored"); continue; }
             }
         }
@@ -265,3 +292,16 @@ fn spawn_signal_handlers(shutdown: CancellationToken) -> anyhow::Result<()> {
     });
     Ok(())
 }
+
+/// How the daemon ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Every process was stopped with it.
+    Stopped,
+    /// Its processes were left running for the next daemon.
+    KeptProcesses,
+}
+
+/// The exit status of a daemon that left its processes running (EX_TEMPFAIL): a service
+/// manager restarts it on this status (`RestartForceExitStatus=` in the systemd unit).
+pub const EXIT_KEPT_PROCESSES: u8 = 75;

@@ -80,7 +80,10 @@ fn main() -> std::process::ExitCode {
     }
     let args = Args::parse();
     match real_main(args) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(yieldshelld::Ended::Stopped) => std::process::ExitCode::SUCCESS,
+        Ok(yieldshelld::Ended::KeptProcesses) => {
+            std::process::ExitCode::from(yieldshelld::EXIT_KEPT_PROCESSES)
+        }
         Err(e) => {
             eprintln!("yieldshelld: {e:#}");
             tracing::error!("exiting: {e:#}");
@@ -127,7 +130,7 @@ fn close_inherited_fds() {
     }
 }
 
-fn real_main(args: Args) -> anyhow::Result<()> {
+fn real_main(args: Args) -> anyhow::Result<yieldshelld::Ended> {
     close_inherited_fds();
     raise_fd_limit();
     // Before any thread exists: managed processes must not inherit an ignored signal.

@@ -24,6 +24,8 @@ pub struct Daemon {
     pub config: DaemonConfig,
     /// The only reaper.
     pub reaper: Arc<Reaper>,
+    /// Idle holders, ready for the next `exec`s.
+    pub holders: Arc<crate::holder::link::HolderPool>,
     /// Every known process.
     pub registry: Registry,
     /// Running processes per session (O(1) limit checks).

@@ -14,6 +14,7 @@ mod daemon_policy;
 mod daemon_stop;
 mod daemon_until;
 mod holders_crash;
+mod holders_restart;
 mod packaging;
 mod policy_env;
 mod profile_jobs;

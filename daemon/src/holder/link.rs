@@ -76,11 +76,77 @@ fn greeted(sock: UnixStream) -> io::Result<Held> {
     })
 }
 
-/// Starts a holder for `spec` and waits until it has started the shell (blocking).
-pub fn start(reaper: &Reaper, spec: &HoldSpec) -> io::Result<Held> {
-    let (mut ours, theirs) = UnixStream::pair()?;
-    crate::process::spawn::spawn_holder(reaper, &theirs)?;
-    drop(theirs);
+/// Holders started ahead of need, each waiting for its spec: `exec` then pays for a message,
+/// not for starting a process (the holder's exec and load are most of that cost).
+#[derive(Debug)]
+pub struct HolderPool {
+    reaper: Arc<Reaper>,
+    idle: std::sync::Mutex<Vec<UnixStream>>,
+    /// Idle holders kept ready.
+    size: usize,
+    /// A refill runs (one at a time, so the pool never grows past `size`).
+    refilling: std::sync::atomic::AtomicBool,
+}
+
+impl HolderPool {
+    /// A pool that keeps `size` idle holders (started by [`HolderPool::refill`]).
+    pub fn new(reaper: Arc<Reaper>, size: usize) -> HolderPool {
+        HolderPool {
+            reaper,
+            idle: std::sync::Mutex::new(Vec::new()),
+            size,
+            refilling: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<UnixStream>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn spawn(&self) -> io::Result<UnixStream> {
+        let (ours, theirs) = UnixStream::pair()?;
+        crate::process::spawn::spawn_holder(&self.reaper, &theirs)?;
+        Ok(ours)
+    }
+
+    /// An idle holder, or a new one when none is ready (a burst of `exec`s).
+    fn take(&self) -> io::Result<UnixStream> {
+        match self.idle().pop() {
+            Some(sock) => Ok(sock),
+            None => self.spawn(),
+        }
+    }
+
+    /// Starts idle holders until `size` are ready (blocking; run off the `exec` path). The
+    /// lock is not held while spawning, and one refill runs at a time (a refill asked for
+    /// meanwhile is covered by the running one's loop, or by the next `exec`'s).
+    pub fn refill(&self) {
+        use std::sync::atomic::Ordering;
+        if self.refilling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        while self.idle().len() < self.size {
+            match self.spawn() {
+                Ok(sock) => self.idle().push(sock),
+                Err(e) => {
+                    tracing::warn!("starting an idle holder failed: {e}");
+                    break;
+                }
+            }
+        }
+        self.refilling.store(false, Ordering::Release);
+    }
+
+    /// Lets every idle holder go (they exit when their socket closes).
+    pub fn drain(&self) {
+        self.idle().clear();
+    }
+}
+
+/// Starts a holder for `spec` (an idle one from `pool` when ready) and waits until it has
+/// started the shell (blocking).
+pub fn start(pool: &HolderPool, spec: &HoldSpec) -> io::Result<Held> {
+    let mut ours = pool.take()?;
     let sent = ours.write_all(&spec.encode());
     // A holder that could not start the shell says why (and may have stopped reading first);
     // one that died without a word leaves the write's error.

@@ -75,6 +75,12 @@ fn run() -> io::Result<()> {
     let _ = std::fs::remove_file(SOCKET_NAME);
     let listener = UnixListener::bind(SOCKET_NAME)?;
     listener.set_nonblocking(true)?;
+    // Everything the holder needs is ready before the shell starts: from then on the process
+    // runs, and the sooner the daemon hears of it the better.
+    let redactor = Redactor::from_pairs(spec.redact);
+    let spool = (spec.spool_cap > 0)
+        .then(|| (SpoolBuffer::new(), SpoolFiles::create(&dir, spec.spool_cap)));
+    let signals = signal_fd()?;
     let shell_spec = SpawnSpec {
         command: spec.command.clone(),
         cwd: PathBuf::from(std::ffi::OsStr::from_bytes(&spec.cwd)),
@@ -106,9 +112,6 @@ fn run() -> io::Result<()> {
         pid: shell.pid,
         start_time: 0,
     });
-    let redactor = Redactor::from_pairs(spec.redact);
-    let spool = (spec.spool_cap > 0)
-        .then(|| (SpoolBuffer::new(), SpoolFiles::create(&dir, spec.spool_cap)));
     let mut h = Holder {
         shell: identity,
         holder_pid: std::process::id() as i32,
@@ -124,7 +127,7 @@ fn run() -> io::Result<()> {
         children: true,
         conn: None,
         listener,
-        signals: signal_fd()?,
+        signals,
         reported_health: 0,
     };
     h.connect(first)?;

@@ -283,12 +283,18 @@ impl OutputLog {
     /// `ring_bytes` (after the last gap, since a ring holds contiguous bytes), totals are
     /// recounted from what is on disk.
     pub fn restore(ring_bytes: usize, spool_dir: &Path) -> OutputLog {
+        Self::restore_until(ring_bytes, spool_dir, u64::MAX)
+    }
+
+    /// [`OutputLog::restore`] of the bytes before `until` only.
+    fn restore_until(ring_bytes: usize, spool_dir: &Path, until: u64) -> OutputLog {
         let mut log = OutputLog::new(ring_bytes, None, 0);
         log.spool_dir = Some(spool_dir.to_path_buf());
         {
             let mut inner = log.lock();
             if let Ok(reader) = SpoolReader::open(spool_dir) {
                 let (start, end) = reader.range();
+                let end = end.min(until);
                 let ring_start = end.saturating_sub(ring_bytes as u64).max(start);
                 inner.ring = Ring::new(ring_bytes, ring_start);
                 let mut seq = start;
@@ -301,7 +307,9 @@ impl OutputLog {
                     }
                     for piece in pieces {
                         match piece {
-                            SpoolPiece::Run(at, stream, bytes) => {
+                            SpoolPiece::Run(at, _, _) if at >= end => break,
+                            SpoolPiece::Run(at, stream, mut bytes) => {
+                                bytes.truncate(usize::try_from(end - at).unwrap_or(usize::MAX));
                                 match stream {
                                     Stream::Stdout => inner.stdout.add(&bytes),
                                     Stream::Stderr => inner.stderr.add(&bytes),
@@ -315,7 +323,9 @@ impl OutputLog {
                                 }
                                 seq = run_end;
                             }
+                            SpoolPiece::Missing(at, _) if at >= end => break,
                             SpoolPiece::Missing(_, to) => {
+                                let to = to.min(end);
                                 if to > inner.ring.start() {
                                     inner.ring = Ring::new(ring_bytes, to);
                                 }
@@ -350,7 +360,9 @@ impl OutputLog {
     /// spool, as [`OutputLog::restore`] does, and open for the holder's bytes from `next_seq`
     /// on (anything the spool lacks before it is a gap).
     pub fn adopted(ring_bytes: usize, spool_dir: &Path, next_seq: u64, lost: u64) -> OutputLog {
-        let log = OutputLog::restore(ring_bytes, spool_dir);
+        // Only up to `next_seq`: the holder goes on writing the spool while this runs, and
+        // sends those later bytes as output frames.
+        let log = OutputLog::restore_until(ring_bytes, spool_dir, next_seq);
         {
             let mut inner = log.lock();
             if next_seq > inner.next_seq {

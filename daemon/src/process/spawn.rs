@@ -139,6 +139,7 @@ pub fn spawn_shell(spec: &SpawnSpec) -> io::Result<Shell> {
     let (stdout_r, stdout_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let (stderr_r, stderr_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let pid = posix_spawn_session(
+        &argv[0],
         &argv,
         &envp,
         &[
@@ -166,12 +167,14 @@ pub fn spawn_shell(spec: &SpawnSpec) -> io::Result<Shell> {
 pub fn spawn_holder(reaper: &Reaper, sock: &impl std::os::fd::AsRawFd) -> io::Result<i32> {
     // /proc/self/exe is the running binary even after an upgrade replaced the file on disk:
     // a daemon's holders are always its own version.
+    let program = cstring(b"/proc/self/exe".to_vec(), "program")?;
     let argv = [
-        cstring(b"/proc/self/exe".to_vec(), "program")?,
+        cstring(b"yieldshelld".to_vec(), "program name")?,
         cstring(crate::holder::HOLD_ARG.as_bytes().to_vec(), "argument")?,
     ];
     let (pid, _exit) = reaper.spawn_with(|| {
         let pid = posix_spawn_session(
+            &program,
             &argv,
             &[],
             &[(sock.as_raw_fd(), crate::holder::HOLDER_FD)],
@@ -184,10 +187,11 @@ pub fn spawn_holder(reaper: &Reaper, sock: &impl std::os::fd::AsRawFd) -> io::Re
     Ok(pid)
 }
 
-/// `posix_spawn` of `argv[0]` in a new session, with an empty signal mask, every signal at its
+/// `posix_spawn` of `program` in a new session, with an empty signal mask, every signal at its
 /// default, `dups` (`from → to`) applied and, when given, `cwd` as working directory.
 #[cfg(target_os = "linux")]
 fn posix_spawn_session(
+    program: &CString,
     argv: &[CString],
     envp: &[CString],
     dups: &[(i32, i32)],
@@ -241,7 +245,7 @@ fn posix_spawn_session(
         let mut pid: libc::pid_t = 0;
         check(libc::posix_spawn(
             &mut pid,
-            argv[0].as_ptr(),
+            program.as_ptr(),
             actions,
             attr,
             argv_ptrs.as_ptr(),

@@ -408,7 +408,10 @@ fn start(
         // spool_max_bytes = 0 turns the disk spool off.
         spool_cap,
     };
-    let held = match link::start(&d.reaper, &spec) {
+    let held = link::start(&d.holders, &spec);
+    let pool = d.holders.clone();
+    tokio::task::spawn_blocking(move || pool.refill());
+    let held = match held {
         Ok(h) => h,
         Err(e) => {
             d.store.remove(&facts.id);
