@@ -77,3 +77,46 @@ async fn daemon_restart_keeps_a_hundred_processes_with_their_pids_and_output() {
         );
     }
 }
+
+/// A service manager's reload (`ExecReload=/bin/kill -USR1 $MAINPID` in the systemd unit): the
+/// daemon exits with status 75, which the unit restarts on, and its process runs on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigusr1_exits_with_status_75_leaving_processes_for_the_next_daemon() {
+    // The first daemon is this test's own child (its exit status is the point); the next one
+    // is started by a client, and the fixture stops it at the end.
+    let d = TestDaemon::unstarted();
+    std::fs::write(d.dir.path().join("config.toml"), "").expect("config");
+    let mut first = d
+        .command()
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("daemon");
+    let opts = d.opts();
+    eventually("the daemon to answer", || {
+        let opts = opts.clone();
+        async move { yieldshell_proto::client::connect(&opts).await.ok() }
+    })
+    .await;
+    let c = d.session();
+    let id = c
+        .spawn_bg(&format!("exec {} ready-sleep 600", testbin()))
+        .await;
+    let pid = c.ready_pids(&id, 1).await[0];
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(first.id() as i32),
+        nix::sys::signal::Signal::SIGUSR1,
+    )
+    .expect("SIGUSR1");
+    let status = tokio::task::block_in_place(|| first.wait()).expect("exit status");
+    assert_eq!(status.code(), Some(75), "{status:?}");
+    assert!(pid.alive(), "the process outlived its daemon");
+    let started = run(d.yieldctl().args(["daemon", "start"]));
+    assert!(started.status.success(), "{started:?}");
+    let listed = d.session().list(pb::Scope::All, false).await;
+    let p = listed
+        .iter()
+        .find(|p| p.process_id == id)
+        .expect("re-adopted");
+    assert_eq!(p.status, pb::ProcessStatus::Running as i32);
+    assert_eq!(p.pid, Some(pid.pid as u32));
+}

@@ -526,3 +526,89 @@ fn read_exact_fd(fd: RawFd, mut buf: &mut [u8]) -> io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payload(frame: &[u8]) -> (Kind, Vec<u8>) {
+        let (kind, payload, len) = split_frame(frame).expect("frame").expect("whole");
+        assert_eq!(len, frame.len());
+        (kind, payload.to_vec())
+    }
+
+    #[test]
+    fn a_spec_survives_the_wire_with_arbitrary_bytes() {
+        let spec = HoldSpec {
+            process_id: "proc_0123".into(),
+            dir: b"/state/procs/proc_0123".to_vec(),
+            command: b"printf '\\xff'; exit 7".to_vec(),
+            cwd: vec![b'/', 0xff, b'x'],
+            env: vec![(b"A".to_vec(), vec![0xfe, b'='])],
+            redact: vec![(b"hunter2hunter2".to_vec(), b"[REDACTED:PW]".to_vec())],
+            spool_cap: 64 << 20,
+        };
+        let (kind, body) = payload(&spec.encode());
+        assert_eq!(kind, Kind::Spec);
+        let back = HoldSpec::decode(&body).expect("decode");
+        assert_eq!(back.command, spec.command);
+        assert_eq!(back.cwd, spec.cwd);
+        assert_eq!(back.env, spec.env);
+        assert_eq!(back.redact, spec.redact);
+        assert_eq!(back.spool_cap, spec.spool_cap);
+    }
+
+    #[test]
+    fn a_hello_carries_exit_eof_and_stdin_state() {
+        let hello = Hello {
+            holder_pid: 10,
+            shell_pid: 11,
+            shell_start_time: 12345,
+            next_seq: 1 << 40,
+            exit: Some(ExitNote {
+                how: ExitHow::Signal(9),
+                ended_at_ms: 1_700_000_000_000,
+            }),
+            eof: 3,
+            dropped: 5,
+            stdin_open: false,
+        };
+        let (kind, body) = payload(&hello.encode());
+        assert_eq!(kind, Kind::Hello);
+        assert_eq!(Hello::decode(&body).expect("decode"), hello);
+        let running = Hello {
+            exit: None,
+            ..hello
+        };
+        let (_, body) = payload(&running.encode());
+        assert_eq!(Hello::decode(&body).expect("decode").exit, None);
+    }
+
+    #[test]
+    fn a_partial_or_oversized_frame_is_not_taken_for_a_whole_one() {
+        let frame = ExitNote {
+            how: ExitHow::Code(7),
+            ended_at_ms: 1,
+        }
+        .encode();
+        assert!(
+            split_frame(&frame[..frame.len() - 1])
+                .expect("ok")
+                .is_none()
+        );
+        assert!(split_frame(&[0xff, 0xff, 0xff, 0x7f, 6]).is_err());
+        assert!(Hello::decode(&[1, 2, 3]).is_err());
+    }
+
+    #[test]
+    fn the_exit_file_reads_back() {
+        for how in [ExitHow::Code(7), ExitHow::Signal(15)] {
+            let note = ExitNote {
+                how,
+                ended_at_ms: 1_700_000_000_123,
+            };
+            assert_eq!(ExitNote::parse_file(&note.file_text()), Some(note));
+        }
+        assert_eq!(ExitNote::parse_file("code seven 1"), None);
+    }
+}
