@@ -120,6 +120,8 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<Ended
         starts_in_flight: std::sync::atomic::AtomicUsize::new(0),
         actors: Mutex::new(Vec::new()),
     });
+    #[cfg(target_os = "linux")]
+    process::spawn::holder_program();
     let lost = recovery::recover(&daemon);
     tokio::task::spawn_blocking(move || holders.refill());
     let bound = listener::bind(&config.socket)?;

@@ -2,9 +2,10 @@
 //!
 //! # Theory of operation
 //! Each process gets three kinds of tasks:
-//! - two **pipe readers** (stdout, stderr) that redact and append to the [`OutputLog`] until EOF,
-//!   and one **stdin writer** (module `io`);
-//! - the **actor**, a `select!` loop over: the exit status from the reaper, the readers finishing,
+//! - the **holder link** (`holder::link`), which appends the holder's output frames (redacted
+//!   and spooled by the holder) to the [`OutputLog`] until both streams reach EOF and delivers
+//!   the exit status, and one **stdin writer** (module `io`);
+//! - the **actor**, a `select!` loop over: the exit status from the holder, the output finishing,
 //!   control messages (stop), daemon shutdown, the running record's timer, and the one timer of
 //!   its current `Phase`. Only the actor changes [`ProcState`] and writes the process record.
 //!
@@ -23,7 +24,7 @@
 //! Settled   ──sweep finds escapees─────────▶ Lingering
 //! ```
 //!
-//! Completion (DESIGN §4): the shell's exit (from the reaper, never from EOF) decides the status,
+//! Completion (DESIGN §4): the shell's exit (from its holder, never from EOF) decides the status,
 //! but clients see it only once the result is *settled* (`ManagedProcess::info` reports `running`
 //! until then), and a result settles only once the output is complete: both pipes at EOF, or the
 //! drain grace over when descendants hold them (then `descendants_running` says so, their later
@@ -119,9 +120,10 @@ pub fn launch(
     let (proc, control_rx, stdin_rx) = managed(facts, identity, started, output, running_slot);
     let control = link.control.clone();
     let output_done = link.output_done;
+    let detach = ctx.detach.clone();
     let join = tokio::spawn(async move {
         // Aborted by the reader cutoff: the holder then stops reading the pipes.
-        let cut = CutOnDrop(Some(control));
+        let cut = CutOnDrop(Some(control), detach);
         let _ = output_done.await;
         cut.disarm();
     });
@@ -150,8 +152,10 @@ pub fn launch(
     Ok((proc, handle))
 }
 
-/// Tells the holder to stop reading output when dropped armed (the readers were cut off).
-struct CutOnDrop(Option<HolderControl>);
+/// Tells the holder to stop reading output when dropped armed (the readers were cut off) —
+/// but not when the daemon is leaving its processes to their holders: its runtime then drops
+/// every task, and the process must keep its output.
+struct CutOnDrop(Option<HolderControl>, CancellationToken);
 
 impl CutOnDrop {
     fn disarm(mut self) {
@@ -161,7 +165,9 @@ impl CutOnDrop {
 
 impl Drop for CutOnDrop {
     fn drop(&mut self) {
-        if let Some(c) = self.0.take() {
+        if let Some(c) = self.0.take()
+            && !self.1.is_cancelled()
+        {
             c.close_output();
         }
     }

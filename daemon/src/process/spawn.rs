@@ -165,11 +165,17 @@ pub fn spawn_shell(spec: &SpawnSpec) -> io::Result<Shell> {
 /// the daemon exits). Returns its pid.
 #[cfg(target_os = "linux")]
 pub fn spawn_holder(reaper: &Reaper, sock: &impl std::os::fd::AsRawFd) -> io::Result<i32> {
-    // /proc/self/exe is the running binary even after an upgrade replaced the file on disk:
-    // a daemon's holders are always its own version.
-    let program = cstring(b"/proc/self/exe".to_vec(), "program")?;
+    // The small holder binary when it was installed beside the daemon, else this binary in its
+    // holder mode. Either way through a descriptor or /proc/self/exe, which stay the files this
+    // daemon started with even after an upgrade replaced them on disk: a daemon's holders are
+    // always its own version.
+    let (program, name) = match holder_program() {
+        Some(fd) => (format!("/proc/self/fd/{fd}"), HOLDER_BINARY),
+        None => ("/proc/self/exe".to_string(), "yieldshelld"),
+    };
+    let program = cstring(program.into_bytes(), "program")?;
     let argv = [
-        cstring(b"yieldshelld".to_vec(), "program name")?,
+        cstring(name.as_bytes().to_vec(), "program name")?,
         cstring(crate::holder::HOLD_ARG.as_bytes().to_vec(), "argument")?,
     ];
     let (pid, _exit) = reaper.spawn_with(|| {
@@ -185,6 +191,32 @@ pub fn spawn_holder(reaper: &Reaper, sock: &impl std::os::fd::AsRawFd) -> io::Re
     // The holder's end is detected through its socket, not its exit status: a new daemon is
     // not its parent and has only the socket.
     Ok(pid)
+}
+
+/// The holder's own binary, installed beside `yieldshelld` (`cargo install` installs both): it
+/// links only what a holder runs, so its relocated data — the one part of a binary every
+/// process has its own copy of — is a tenth of the daemon's (DESIGN §10: at most 512 KiB PSS
+/// per held process).
+pub const HOLDER_BINARY: &str = "yieldshell-holder";
+
+/// A close-on-exec descriptor of [`HOLDER_BINARY`] beside the running daemon, opened once (the
+/// daemon calls this at startup); `None` when it is not there.
+#[cfg(target_os = "linux")]
+pub fn holder_program() -> Option<i32> {
+    use std::os::fd::{AsRawFd, OwnedFd};
+    static PROGRAM: std::sync::OnceLock<Option<OwnedFd>> = std::sync::OnceLock::new();
+    PROGRAM
+        .get_or_init(|| {
+            let exe = std::fs::read_link("/proc/self/exe").ok()?;
+            let path = exe.parent()?.join(HOLDER_BINARY);
+            // std opens close-on-exec: the descriptor reaches no process, only the path
+            // /proc/self/fd/N that a spawn resolves before its exec closes it.
+            let file = std::fs::File::open(&path).ok()?;
+            tracing::info!(holder = %path.display(), "holders run the holder binary");
+            Some(OwnedFd::from(file))
+        })
+        .as_ref()
+        .map(AsRawFd::as_raw_fd)
 }
 
 /// `posix_spawn` of `program` in a new session, with an empty signal mask, every signal at its
