@@ -69,12 +69,7 @@ fn run() -> io::Result<()> {
     drop(payload);
     prepare_signals()?;
     let dir = PathBuf::from(std::ffi::OsStr::from_bytes(&spec.dir));
-    // The socket is bound relative to the process directory, so a long state-dir path never
-    // hits the ~107-byte limit of socket addresses.
     std::env::set_current_dir(&dir)?;
-    let _ = std::fs::remove_file(SOCKET_NAME);
-    let listener = UnixListener::bind(SOCKET_NAME)?;
-    listener.set_nonblocking(true)?;
     // Everything the holder needs is ready before the shell starts: from then on the process
     // runs, and the sooner the daemon hears of it the better.
     let redactor = Redactor::from_pairs(spec.redact);
@@ -99,7 +94,6 @@ fn run() -> io::Result<()> {
     let shell = match spawn_shell(&shell_spec) {
         Ok(s) => s,
         Err(e) => {
-            let _ = std::fs::remove_file(SOCKET_NAME);
             let frame = super::Encoder::new(Kind::Failed)
                 .rest(e.to_string().as_bytes())
                 .finish();
@@ -126,11 +120,19 @@ fn run() -> io::Result<()> {
         exit: None,
         children: true,
         conn: None,
-        listener,
+        listener: None,
+        exit_written: false,
         signals,
         reported_health: 0,
     };
     h.connect(first)?;
+    // Only now the socket for later daemons: creating it costs a file-system operation that
+    // would otherwise delay the first daemon's answer. It is bound relative to the process
+    // directory, so a long state-dir path never hits the ~107-byte limit of socket addresses.
+    let _ = std::fs::remove_file(SOCKET_NAME);
+    let listener = UnixListener::bind(SOCKET_NAME)?;
+    listener.set_nonblocking(true)?;
+    h.listener = Some(listener);
     h.serve();
     if let Some((_, files)) = h.spool.as_mut() {
         files.finish();
@@ -224,7 +226,10 @@ struct Holder {
     /// Something may still be ours to reap (false once `waitpid` says ECHILD).
     children: bool,
     conn: Option<Conn>,
-    listener: UnixListener,
+    /// Where later daemons connect (bound right after the first daemon was greeted).
+    listener: Option<UnixListener>,
+    /// The exit file is written (after the frames that a waiting `exec` needs).
+    exit_written: bool,
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     signals: Signals,
     /// Spool bytes lost as last told to the daemon.
@@ -282,7 +287,10 @@ impl Holder {
             let mut fds = Vec::with_capacity(5);
             #[cfg(target_os = "linux")]
             fds.push(readable(&self.signals));
-            fds.push(readable(&self.listener));
+            let listener_at = self.listener.as_ref().map(|l| {
+                fds.push(readable(l));
+                fds.len() - 1
+            });
             let conn_at = self.conn.as_ref().map(|c| {
                 let mut flags = PollFlags::POLLIN;
                 if c.backlog() > 0 {
@@ -319,7 +327,7 @@ impl Holder {
                     .is_some_and(|r| !r.is_empty())
             };
             let conn_ready = ready(conn_at);
-            let listener_ready = ready(Some(usize::from(cfg!(target_os = "linux"))));
+            let listener_ready = ready(listener_at);
             let pipes_ready = [ready(pipe_at[0]), ready(pipe_at[1])];
             drop(fds);
             self.drain_signals();
@@ -336,6 +344,13 @@ impl Holder {
                 self.accept();
             }
             self.flush();
+            // After the frames: the file is for a daemon that was not there to get them.
+            if let Some(note) = self.exit
+                && !self.exit_written
+            {
+                self.exit_written = true;
+                write_exit_file(note);
+            }
         }
     }
 
@@ -372,11 +387,9 @@ impl Holder {
                     ended_at_ms: crate::process::unix_ms(std::time::SystemTime::now()),
                 };
                 self.exit = Some(note);
-                // The daemon first (a short command's `exec` waits for it), then the file,
-                // which only a later daemon reads.
+                // The daemon first (a short command's `exec` waits for it); the exit file, which
+                // only a later daemon reads, once this round's frames are sent.
                 self.queue(&note.encode());
-                self.flush();
-                write_exit_file(note);
             }
         }
     }
@@ -549,15 +562,21 @@ impl Holder {
     }
 
     fn accept(&mut self) {
+        let Some(listener) = self.listener.as_ref() else {
+            return;
+        };
+        let mut accepted = Vec::new();
         loop {
-            match self.listener.accept() {
-                Ok((sock, _)) => {
-                    if self.connect(sock).is_err() {
-                        self.conn = None;
-                    }
-                }
+            match listener.accept() {
+                Ok((sock, _)) => accepted.push(sock),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return,
+                Err(_) => break,
+            }
+        }
+        // The newest daemon wins (the instance lock lets only one run at a time).
+        for sock in accepted {
+            if self.connect(sock).is_err() {
+                self.conn = None;
             }
         }
     }
