@@ -1,4 +1,4 @@
-//! `yieldctl daemon status|start|stop|logs`.
+//! `yieldctl daemon status|start|stop|restart|logs`.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -23,8 +23,18 @@ pub enum DaemonCommand {
     Status,
     /// Start the daemon if it is not running.
     Start,
-    /// Stop the daemon. Its running processes are stopped too (SIGTERM, then SIGKILL).
-    Stop,
+    /// Stop the daemon. Its running processes are stopped too (SIGTERM, then SIGKILL), unless
+    /// --keep-processes.
+    Stop {
+        /// Leave every running process running under its holder; the next daemon (started by
+        /// `daemon start` or by any client) re-adopts them with their output.
+        #[arg(long)]
+        keep_processes: bool,
+    },
+    /// Replace the daemon with the one installed (e.g. after an upgrade), keeping every running
+    /// process and its output: the daemon exits leaving them to their holders, and the daemon
+    /// binary found the usual way starts and re-adopts them.
+    Restart,
     /// Print the daemon's log.
     Logs {
         /// Keep printing new lines.
@@ -37,7 +47,8 @@ pub async fn run(ctx: &Ctx, cmd: DaemonCommand) -> anyhow::Result<u8> {
     match cmd {
         DaemonCommand::Status => status(ctx).await,
         DaemonCommand::Start => start(ctx).await,
-        DaemonCommand::Stop => stop(ctx).await,
+        DaemonCommand::Stop { keep_processes } => stop(ctx, keep_processes).await,
+        DaemonCommand::Restart => restart(ctx).await,
         DaemonCommand::Logs { follow } => logs(ctx, follow).await,
     }
 }
@@ -134,37 +145,60 @@ async fn start(ctx: &Ctx) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
-async fn stop(ctx: &Ctx) -> anyhow::Result<u8> {
-    let mut conn = match client::connect(&ctx.opts).await {
+/// What a daemon that was asked to exit said, once it has exited.
+struct Stopped {
+    pid: u32,
+    version: String,
+    /// Processes it stopped, and processes it left to their holders.
+    stopping: u32,
+    kept: u32,
+}
+
+/// Asks the daemon to exit (leaving its processes to their holders with `keep`) and waits until
+/// it has. `None`: no daemon was running. Works whatever protocol the daemon speaks, so a
+/// `restart` can replace a daemon of another version.
+async fn shut_down(ctx: &Ctx, keep: bool) -> anyhow::Result<Option<Stopped>> {
+    let mut client = match client::connect_any_version(&ctx.opts).await {
         Ok(c) => c,
-        Err(ClientError::NoDaemon { .. }) => {
-            eprintln!("yieldshelld is not running");
-            return Ok(exit::OK);
-        }
+        Err(ClientError::NoDaemon { .. }) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    let pid = conn.hello.pid;
     // The daemon's own state directory holds its instance lock (the client's may differ, e.g.
     // for a service started with --state-dir).
-    let status = client::unary(
-        &ctx.opts,
-        "Status",
-        conn.client.status(pb::StatusRequest {}),
-    )
-    .await?;
+    let status = client::unary(&ctx.opts, "Status", client.status(pb::StatusRequest {})).await?;
+    let pid = status.pid;
+    if keep && !status.holders && status.running > 0 {
+        anyhow::bail!(
+            "yieldshelld {} (pid {pid}) cannot hand its {} running process(es) over to another \
+             daemon (it predates process holders): `yieldctl daemon stop` stops them, and the \
+             next daemon keeps its own across restarts",
+            status.daemon_version,
+            status.running
+        );
+    }
     let state_dir = PathBuf::from(bytes_os(&status.state_dir));
     let resp = client::unary(
         &ctx.opts,
         "Shutdown",
-        conn.client.shutdown(pb::ShutdownRequest { grace_ms: None }),
+        client.shutdown(pb::ShutdownRequest {
+            grace_ms: None,
+            keep_processes: keep,
+        }),
     )
     .await?;
-    drop(conn);
+    drop(client);
     if !ctx.json {
-        eprintln!(
-            "stopping yieldshelld (pid {pid}) and {} running process(es)…",
-            resp.stopping
-        );
+        if keep {
+            eprintln!(
+                "stopping yieldshelld (pid {pid}); {} running process(es) keep running…",
+                resp.kept
+            );
+        } else {
+            eprintln!(
+                "stopping yieldshelld (pid {pid}) and {} running process(es)…",
+                resp.stopping
+            );
+        }
     }
     // The daemon closes its socket at once but runs its processes' grace before it exits and
     // frees its instance lock; a daemon started meanwhile would find the lock taken. So done
@@ -186,10 +220,58 @@ async fn stop(ctx: &Ctx) -> anyhow::Result<u8> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    Ok(Some(Stopped {
+        pid,
+        version: status.daemon_version,
+        stopping: resp.stopping,
+        kept: resp.kept,
+    }))
+}
+
+async fn stop(ctx: &Ctx, keep: bool) -> anyhow::Result<u8> {
+    let Some(stopped) = shut_down(ctx, keep).await? else {
+        eprintln!("yieldshelld is not running");
+        return Ok(exit::OK);
+    };
     if ctx.json {
-        render::json(&serde_json::json!({"stopped": true, "pid": pid}))?;
+        render::json(&serde_json::json!({
+            "stopped": true,
+            "pid": stopped.pid,
+            "processes_stopped": stopped.stopping,
+            "processes_kept": stopped.kept,
+        }))?;
     } else {
         eprintln!("yieldshelld stopped");
+    }
+    Ok(exit::OK)
+}
+
+async fn restart(ctx: &Ctx) -> anyhow::Result<u8> {
+    let stopped = shut_down(ctx, true).await?;
+    let mut opts = ctx.opts.clone();
+    // The point of a restart is a new daemon: it may always start one.
+    opts.autostart = true;
+    let conn = client::connect_or_start(&opts).await?;
+    let kept = stopped.as_ref().map_or(0, |s| s.kept);
+    if ctx.json {
+        render::json(&serde_json::json!({
+            "old_pid": stopped.as_ref().map(|s| s.pid),
+            "old_version": stopped.as_ref().map(|s| s.version.clone()),
+            "pid": conn.hello.pid,
+            "version": conn.hello.daemon_version,
+            "processes_kept": kept,
+        }))?;
+    } else {
+        match &stopped {
+            Some(s) => eprintln!(
+                "restarted yieldshelld: {} (pid {}) → {} (pid {}); {kept} running process(es) kept",
+                s.version, s.pid, conn.hello.daemon_version, conn.hello.pid
+            ),
+            None => eprintln!(
+                "yieldshelld was not running; started {} (pid {})",
+                conn.hello.daemon_version, conn.hello.pid
+            ),
+        }
     }
     Ok(exit::OK)
 }

@@ -3,6 +3,7 @@
 //!
 //! Crate map:
 //! - [`process`]: spawning, the per-process actor, the reaper, tree containment;
+//! - [`holder`]: the per-process holder (`yieldshelld hold`) and the daemon's link to it;
 //! - [`output`]: the per-process output log (ring + spool);
 //! - [`policy`]: per-session rules and secret redaction;
 //! - [`service`]: the gRPC handlers; [`listener`]: socket, activation, peer check;
@@ -19,6 +20,7 @@ pub mod config;
 pub mod error;
 pub mod faults;
 pub mod heap;
+pub mod holder;
 pub mod limits;
 pub mod listener;
 pub mod lock;
@@ -50,6 +52,10 @@ use crate::registry::Registry;
 use crate::session::Sessions;
 pub use crate::state::Daemon;
 use crate::state::RETENTION_TICK;
+
+/// Holders kept started and idle, so an `exec` does not wait for one to start (a burst beyond
+/// them starts its own).
+const IDLE_HOLDERS: usize = 2;
 
 /// Largest request the daemon decodes (a command line, a stdin write, an environment).
 pub const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
@@ -84,22 +90,29 @@ fn notify_systemd_ready() {
 }
 
 /// Runs the daemon until SIGTERM/SIGINT or a `Shutdown` call, then stops every managed process
-/// and exits.
-pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
+/// and exits — or, on SIGUSR1 or a `Shutdown` with `keep_processes`, exits leaving them to their
+/// holders for the next daemon.
+pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<Ended> {
     record::create_private_dir(&config.state_dir)
         .with_context(|| format!("creating state directory {}", config.state_dir.display()))?;
     let lock = InstanceLock::acquire(&config.state_dir)?;
     reaper::become_subreaper().context("becoming a child subreaper")?;
     let reaper = Reaper::start().context("installing the SIGCHLD handler")?;
     let store = RecordStore::open(&config.state_dir).context("opening the record store")?;
+    let holders = Arc::new(crate::holder::link::HolderPool::new(
+        reaper.clone(),
+        IDLE_HOLDERS,
+    ));
     let daemon = Arc::new(Daemon {
         config: config.clone(),
         reaper,
+        holders: holders.clone(),
         registry: Registry::default(),
         running: Arc::new(limits::RunningCounts::default()),
         sessions: Sessions::default(),
         store,
         shutdown: CancellationToken::new(),
+        detach: CancellationToken::new(),
         started_at: SystemTime::now(),
         started: Instant::now(),
         log_dir,
@@ -107,7 +120,10 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
         starts_in_flight: std::sync::atomic::AtomicUsize::new(0),
         actors: Mutex::new(Vec::new()),
     });
+    #[cfg(target_os = "linux")]
+    process::spawn::holder_program();
     let lost = recovery::recover(&daemon);
+    tokio::task::spawn_blocking(move || holders.refill());
     let bound = listener::bind(&config.socket)?;
     tracing::info!(
         pid = std::process::id(),
@@ -121,7 +137,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
         "yieldshelld ready"
     );
 
-    spawn_signal_handlers(daemon.shutdown.clone())?;
+    spawn_signal_handlers(daemon.shutdown.clone(), daemon.detach.clone())?;
     let retention = {
         let d = daemon.clone();
         tokio::spawn(async move {
@@ -164,7 +180,12 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
         _ = daemon.shutdown.cancelled() => None,
     };
     daemon.shutdown.cancel();
-    tracing::info!("shutting down: stopping managed processes");
+    let keep = daemon.detach.is_cancelled();
+    if keep {
+        tracing::info!("shutting down: leaving managed processes to their holders");
+    } else {
+        tracing::info!("shutting down: stopping managed processes");
+    }
     // An `exec` past its limit check before the cancel is counted under the spawn lock; one
     // after it refuses. Wait for the counted ones to register, so the sweep sees them.
     drop(daemon.spawn_lock.lock().unwrap_or_else(|e| e.into_inner()));
@@ -190,7 +211,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
                     ids.push(p.facts.id.clone());
                 }
             }
-            if ids.is_empty() {
+            if ids.is_empty() || d.detach.is_cancelled() {
                 return;
             }
             tracing::info!(processes = ids.len(), "stopping every managed tree");
@@ -210,7 +231,8 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
     if waited.is_err() {
         tracing::error!("some process actors did not finish in time");
     }
-    // Never leave a process running unsupervised: whatever still runs now gets SIGKILL.
+    // Never leave a process running unsupervised: whatever still runs now gets SIGKILL (unless
+    // its holder keeps it for the next daemon).
     sweep(Duration::ZERO).await;
     retention.abort();
     trimmer.abort();
@@ -221,6 +243,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
     {
         server.abort();
     }
+    daemon.holders.drain();
     // Every queued record write reaches the disk before the daemon is gone.
     daemon.store.flush();
     listener::remove_if_ours(&bound.owned_path);
@@ -229,7 +252,11 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<()> {
     if let Some(Ok(Err(e))) = server_result {
         return Err(e).context("serving the control socket");
     }
-    Ok(())
+    Ok(if keep {
+        Ended::KeptProcesses
+    } else {
+        Ended::Stopped
+    })
 }
 
 async fn futures_join_all(handles: Vec<JoinHandle<()>>) {
@@ -238,17 +265,28 @@ async fn futures_join_all(handles: Vec<JoinHandle<()>>) {
     }
 }
 
-fn spawn_signal_handlers(shutdown: CancellationToken) -> anyhow::Result<()> {
+fn spawn_signal_handlers(
+    shutdown: CancellationToken,
+    detach: CancellationToken,
+) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     // SIGHUP (terminal hang-up) must not kill a daemon that owns processes: log and go on.
     let mut hup = signal(SignalKind::hangup())?;
+    // SIGUSR1: exit leaving every process to its holder (a service manager's reload, which
+    // then starts the daemon anew: packaging/systemd).
+    let mut usr1 = signal(SignalKind::user_defined1())?;
     tokio::spawn(async move {
         loop {
             tokio::select! {
                 _ = term.recv() => { tracing::info!("SIGTERM received"); break; }
                 _ = int.recv() => { tracing::info!("SIGINT received"); break; }
+                _ = usr1.recv() => {
+                    tracing::info!("SIGUSR1 received: exiting, processes kept");
+                    detach.cancel();
+                    break;
+                }
                 _ = hup.recv() => { tracing::info!("SIGHUP ignored"); continue; }
             }
         }
@@ -256,3 +294,16 @@ fn spawn_signal_handlers(shutdown: CancellationToken) -> anyhow::Result<()> {
     });
     Ok(())
 }
+
+/// How the daemon ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Every process was stopped with it.
+    Stopped,
+    /// Its processes were left running for the next daemon.
+    KeptProcesses,
+}
+
+/// The exit status of a daemon that left its processes running (EX_TEMPFAIL): a service
+/// manager restarts it on this status (`RestartForceExitStatus=` in the systemd unit).
+pub const EXIT_KEPT_PROCESSES: u8 = 75;

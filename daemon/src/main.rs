@@ -71,9 +71,19 @@ fn init_logging(
 }
 
 fn main() -> std::process::ExitCode {
+    // A holder (`yieldshelld hold`, started by the daemon for each process) runs no runtime, no
+    // logging and none of the daemon's setup: it is dispatched before anything else.
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(yieldshelld::holder::HOLD_ARG))
+    {
+        return yieldshelld::holder::serve::main();
+    }
     let args = Args::parse();
     match real_main(args) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(yieldshelld::Ended::Stopped) => std::process::ExitCode::SUCCESS,
+        Ok(yieldshelld::Ended::KeptProcesses) => {
+            std::process::ExitCode::from(yieldshelld::EXIT_KEPT_PROCESSES)
+        }
         Err(e) => {
             eprintln!("yieldshelld: {e:#}");
             tracing::error!("exiting: {e:#}");
@@ -120,7 +130,7 @@ fn close_inherited_fds() {
     }
 }
 
-fn real_main(args: Args) -> anyhow::Result<()> {
+fn real_main(args: Args) -> anyhow::Result<yieldshelld::Ended> {
     close_inherited_fds();
     raise_fd_limit();
     // Before any thread exists: managed processes must not inherit an ignored signal.

@@ -1,21 +1,31 @@
-//! Startup recovery: loading the records a previous daemon left, and making sure none of its
-//! processes keeps running unsupervised (DESIGN §4 "Daemon restart", RELIABILITY §3.1).
+//! Startup recovery: loading the records a previous daemon left, re-adopting the processes
+//! whose holders still run, and making sure nothing else of a previous daemon keeps running
+//! unsupervised (DESIGN §4 "Daemon restart", §10; RELIABILITY §3.1).
 //!
-//! A record still marked `starting`/`running` means the previous daemon did not shut down
-//! cleanly. Its process tree is found by the process group of the recorded shell — only if the
-//! shell's pid *and* start time still match, so a recycled pid is never signalled — and by the
-//! `YIELDSHELL_PROCESS_ID` marker, which is unique to that process. The tree gets SIGTERM, then
-//! SIGKILL, and the record becomes `lost` (`daemon_crash`, or `identity_mismatch` when the pid now
-//! belongs to another process). Spooled output stays readable.
+//! A record still marked `starting`/`running` means the previous daemon did not stop its
+//! process. Then, in order:
+//! 1. its holder answers on `<process dir>/holder.sock`: the process is re-adopted — an actor
+//!    is launched on the holder's link, the ring is rebuilt from the spool (which the holder
+//!    wrote while no daemon ran) and output continues at the holder's `next_seq`;
+//! 2. no holder, but it left an exit file: the process ended while no daemon ran, and is
+//!    recorded with its real exit code or signal;
+//! 3. neither: the holder died too. The process tree is found by the process group of the
+//!    recorded shell — only if the shell's pid *and* start time still match, so a recycled pid
+//!    is never signalled — and by the `YIELDSHELL_PROCESS_ID` marker, which is unique to that
+//!    process. The tree gets SIGTERM, then SIGKILL, and the record becomes `lost`
+//!    (`holder_died`, `daemon_crash` for a record of a daemon without holders, or
+//!    `identity_mismatch` when the pid now belongs to another process). Spooled output stays
+//!    readable.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::Daemon;
 use crate::output::OutputLog;
+use crate::process::actor::{self, ActorContext};
 use crate::process::reaper::ExitHow;
 use crate::process::tree::{self, Identity};
-use crate::process::{LostReason, ManagedProcess, ProcState, RecordStatus, Status};
+use crate::process::{LostReason, ManagedProcess, ProcState, ProcessFacts, RecordStatus, Status};
 use crate::record::ProcessRecord;
 
 /// Ring size for restored processes (the seed default; sessions cannot be consulted any more).
@@ -36,11 +46,52 @@ struct Leftover {
 /// records were marked lost.
 pub fn recover(daemon: &Arc<Daemon>) -> usize {
     let mut leftovers = Vec::new();
+    let mut adopted = 0usize;
     for record in daemon.store.load_all() {
         let mut record = record;
         let mut state = restored_state(&record);
+        let dir = daemon.store.dir(&record.process_id);
         if state.status == Status::Running {
-            let (reason, pgid) = classify(&record);
+            match crate::holder::link::attach(&dir) {
+                Ok(held) => match adopt(daemon, &record, held) {
+                    Ok(()) => {
+                        adopted += 1;
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::warn!(process_id = %record.process_id, "re-adopting failed: {e}");
+                    }
+                },
+                Err(e)
+                    if e.kind() != std::io::ErrorKind::NotFound
+                        && e.kind() != std::io::ErrorKind::ConnectionRefused =>
+                {
+                    tracing::warn!(process_id = %record.process_id, "its holder did not answer: {e}");
+                }
+                Err(_) => {}
+            }
+        }
+        if state.status == Status::Running
+            && let Some(note) = crate::holder::link::exit_file(&dir)
+        {
+            // Ended while no daemon ran: its holder wrote how, then exited with nothing left.
+            tracing::info!(process_id = %record.process_id, "process ended while no daemon ran");
+            state.status = Status::Completed;
+            state.exit = Some(note.how);
+            state.ended_at = Some(from_unix_ms(note.ended_at_ms));
+            state.duration = u64::try_from(note.ended_at_ms - record.started_at_ms)
+                .ok()
+                .map(Duration::from_millis);
+            record = ProcessFacts::from_record(&record).record(&state);
+            if let Err(e) = daemon.store.save_now(&record) {
+                tracing::warn!(process_id = %record.process_id, "updating record failed: {e}");
+            }
+        }
+        if state.status == Status::Running {
+            let (mut reason, pgid) = classify(&record);
+            if reason == LostReason::DaemonCrash && dir.join(crate::holder::SOCKET_NAME).exists() {
+                reason = LostReason::HolderDied;
+            }
             tracing::warn!(process_id = %record.process_id, reason = reason.as_str(), "process left running by a previous daemon; stopping it");
             state.status = Status::Lost;
             state.lost_reason = Some(reason);
@@ -113,7 +164,42 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
     }
     let lost = leftovers.len();
     stop_leftovers(&leftovers);
+    if adopted > 0 {
+        tracing::info!(adopted, "re-adopted processes from their holders");
+    }
     lost
+}
+
+/// Re-adopts the process of `record` from its live holder: an actor on the holder's link, the
+/// output log rebuilt from the spool and continued at the holder's `next_seq`.
+fn adopt(
+    daemon: &Arc<Daemon>,
+    record: &ProcessRecord,
+    held: crate::holder::link::Held,
+) -> std::io::Result<()> {
+    let dir = daemon.store.dir(&record.process_id);
+    let output = Arc::new(OutputLog::adopted(
+        RESTORED_RING_BYTES,
+        &dir,
+        held.hello.next_seq,
+        held.hello.dropped,
+    ));
+    let facts = Arc::new(ProcessFacts::from_record(record));
+    let ctx = ActorContext {
+        timing: daemon.config.file.timing(),
+        store: daemon.store.clone(),
+        shutdown: daemon.shutdown.clone(),
+        detach: daemon.detach.clone(),
+        reaper: daemon.reaper.clone(),
+    };
+    let slot = daemon.running.take(&record.session_id);
+    tracing::info!(process_id = %record.process_id, pid = held.hello.shell_pid, holder = held.holder.pid, next_seq = held.hello.next_seq, "re-adopted");
+    // The timeout of the `exec` that started it is not kept across daemons.
+    let (proc, handle) = actor::launch(facts, slot, held, output, None, ctx)?;
+    daemon.store.save(&proc.record());
+    daemon.registry.insert(proc.clone());
+    daemon.track_actor(proc, handle);
+    Ok(())
 }
 
 fn restored_state(r: &ProcessRecord) -> ProcState {

@@ -24,6 +24,8 @@ pub struct Daemon {
     pub config: DaemonConfig,
     /// The only reaper.
     pub reaper: Arc<Reaper>,
+    /// Idle holders, ready for the next `exec`s.
+    pub holders: Arc<crate::holder::link::HolderPool>,
     /// Every known process.
     pub registry: Registry,
     /// Running processes per session (O(1) limit checks).
@@ -34,6 +36,9 @@ pub struct Daemon {
     pub store: RecordStore,
     /// Cancelled on shutdown.
     pub shutdown: CancellationToken,
+    /// Cancelled (before `shutdown`) when the daemon leaves its processes running for the next
+    /// one (`Shutdown` with `keep_processes`): actors let go, nothing is stopped.
+    pub detach: CancellationToken,
     /// Wall-clock start.
     pub started_at: SystemTime,
     /// Monotonic start.

@@ -148,6 +148,8 @@ pub enum LostReason {
     RecordMissing,
     /// Its supervising actor panicked (a bug); the watchdog killed its tree.
     SupervisorPanic,
+    /// Its holder died (killed, or crashed) while the process ran; what was left was stopped.
+    HolderDied,
     /// A word this daemon does not know (a newer daemon wrote it).
     #[serde(other)]
     Unknown,
@@ -161,6 +163,7 @@ impl LostReason {
             LostReason::IdentityMismatch => "identity_mismatch",
             LostReason::RecordMissing => "record_missing",
             LostReason::SupervisorPanic => "supervisor_panic",
+            LostReason::HolderDied => "holder_died",
             LostReason::Unknown => "unknown",
         }
     }

@@ -210,7 +210,8 @@ async fn graceful_shutdown_stops_processes_removes_the_socket_and_keeps_records(
 }
 
 #[tokio::test]
-async fn after_kill_9_the_next_daemon_marks_leftovers_lost_keeps_output_and_stops_them() {
+async fn after_kill_9_of_daemon_and_holders_the_next_daemon_marks_leftovers_lost_keeps_output_and_stops_them()
+ {
     let mut d = TestDaemon::start().await;
     let c = d.session();
     let tb = testbin();
@@ -253,7 +254,15 @@ async fn after_kill_9_the_next_daemon_marks_leftovers_lost_keeps_output_and_stop
         });
     }
 
+    // The daemon dies and its processes' holders with it (a daemon alone is survived: see
+    // `holders_crash`): the processes are orphans nobody holds any more.
     d.kill9();
+    for (holder, _) in crate::helper::holders_in(&d.state) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(holder.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
     d.spawn().await;
     // Recovery runs before the new daemon serves: nothing of the old generation is left.
     for p in &pids {
@@ -267,7 +276,7 @@ async fn after_kill_9_the_next_daemon_marks_leftovers_lost_keeps_output_and_stop
             .find(|p| p.process_id == *id)
             .expect("record listed");
         assert_eq!(p.status, pb::ProcessStatus::Lost as i32, "{id}");
-        assert_eq!(p.lost_reason.as_deref(), Some("daemon_crash"));
+        assert_eq!(p.lost_reason.as_deref(), Some("holder_died"));
     }
     let (out, _) = c.read_all(&tree, 1 << 20).await;
     let text = String::from_utf8_lossy(&out);

@@ -13,6 +13,8 @@ mod daemon_output;
 mod daemon_policy;
 mod daemon_stop;
 mod daemon_until;
+mod holders_crash;
+mod holders_restart;
 mod lean_answers;
 mod mcp_tasks;
 mod mcp_tasks_wire;

@@ -112,7 +112,7 @@ fn the_installed_units_pass_systemd_analyze_verify() {
     // The check is real: the same verification reports a misspelt key and a bad value.
     let service = dir.path().join("yieldshelld.service");
     let good = std::fs::read_to_string(&service).expect("read");
-    let bad = good.replace("KillMode=mixed", "KillMode=mixd\nRestrat=always");
+    let bad = good.replace("KillMode=process", "KillMode=mixd\nRestrat=always");
     assert_ne!(good, bad);
     std::fs::write(&service, bad).expect("write");
     let (_, output) = verify(&["yieldshelld.socket", "yieldshelld.service"]);

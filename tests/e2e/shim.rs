@@ -623,7 +623,7 @@ async fn a_daemon_crash_fails_the_in_flight_call_clearly_and_the_next_call_recon
         b["error"].as_str().expect("error").contains("next call"),
         "{b}"
     );
-    // The next call starts a new daemon, which recovered the process as lost.
+    // The next call starts a new daemon, which re-adopted the process from its holder.
     let b = body(&mcp.call("ps", json!({"scope": "all"})).await);
     let entry = b["processes"]
         .as_array()
@@ -632,7 +632,7 @@ async fn a_daemon_crash_fails_the_in_flight_call_clearly_and_the_next_call_recon
         .find(|p| p["process_id"] == id)
         .cloned()
         .expect("listed");
-    assert_eq!(entry["status"], "lost");
+    assert_eq!(entry["status"], "running");
     let _ = std::process::Command::new(bin("yieldctl"))
         .args(["daemon", "stop"])
         .env("YIELDSHELL_SOCKET", &d.socket)

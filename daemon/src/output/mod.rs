@@ -186,6 +186,9 @@ struct LogInner {
     /// Set once the ring of an ended process was cut to a small tail ([`OutputLog::release_memory`]):
     /// where the ring started then. Bytes from here on still read as if in memory (from disk).
     trimmed_from: Option<u64>,
+    /// A holder writes this log's spool (not this daemon): the spool's health as it last
+    /// reported it (bytes lost, and why while failing).
+    held: Option<(u64, Option<String>)>,
 }
 
 /// Bytes an ended process keeps in memory once its output is cold: its latest output for the
@@ -268,6 +271,7 @@ impl OutputLog {
                 spool: spool_dir.map(|_| SpoolBuffer::new()),
                 closed: false,
                 trimmed_from: None,
+                held: None,
             }),
             files: spool_dir.map(|d| Mutex::new(SpoolFiles::create(d, spool_cap))),
             end,
@@ -279,12 +283,18 @@ impl OutputLog {
     /// `ring_bytes` (after the last gap, since a ring holds contiguous bytes), totals are
     /// recounted from what is on disk.
     pub fn restore(ring_bytes: usize, spool_dir: &Path) -> OutputLog {
+        Self::restore_until(ring_bytes, spool_dir, u64::MAX)
+    }
+
+    /// [`OutputLog::restore`] of the bytes before `until` only.
+    fn restore_until(ring_bytes: usize, spool_dir: &Path, until: u64) -> OutputLog {
         let mut log = OutputLog::new(ring_bytes, None, 0);
         log.spool_dir = Some(spool_dir.to_path_buf());
         {
             let mut inner = log.lock();
             if let Ok(reader) = SpoolReader::open(spool_dir) {
                 let (start, end) = reader.range();
+                let end = end.min(until);
                 let ring_start = end.saturating_sub(ring_bytes as u64).max(start);
                 inner.ring = Ring::new(ring_bytes, ring_start);
                 let mut seq = start;
@@ -297,7 +307,9 @@ impl OutputLog {
                     }
                     for piece in pieces {
                         match piece {
-                            SpoolPiece::Run(at, stream, bytes) => {
+                            SpoolPiece::Run(at, _, _) if at >= end => break,
+                            SpoolPiece::Run(at, stream, mut bytes) => {
+                                bytes.truncate(usize::try_from(end - at).unwrap_or(usize::MAX));
                                 match stream {
                                     Stream::Stdout => inner.stdout.add(&bytes),
                                     Stream::Stderr => inner.stderr.add(&bytes),
@@ -311,7 +323,9 @@ impl OutputLog {
                                 }
                                 seq = run_end;
                             }
+                            SpoolPiece::Missing(at, _) if at >= end => break,
                             SpoolPiece::Missing(_, to) => {
+                                let to = to.min(end);
                                 if to > inner.ring.start() {
                                     inner.ring = Ring::new(ring_bytes, to);
                                 }
@@ -331,6 +345,45 @@ impl OutputLog {
             log.end.send_replace(end);
         }
         log
+    }
+
+    /// A log whose spool a holder writes (in `spool_dir`, when there is a spool): the daemon
+    /// keeps the ring and reads the spool, and never writes it.
+    pub fn held(ring_bytes: usize, spool_dir: Option<&Path>) -> OutputLog {
+        let mut log = OutputLog::new(ring_bytes, None, 0);
+        log.spool_dir = spool_dir.map(Path::to_path_buf);
+        log.lock().held = Some((0, None));
+        log
+    }
+
+    /// The log of a process a new daemon re-adopts from its holder: the ring rebuilt from the
+    /// spool, as [`OutputLog::restore`] does, and open for the holder's bytes from `next_seq`
+    /// on (anything the spool lacks before it is a gap).
+    pub fn adopted(ring_bytes: usize, spool_dir: &Path, next_seq: u64, lost: u64) -> OutputLog {
+        // Only up to `next_seq`: the holder goes on writing the spool while this runs, and
+        // sends those later bytes as output frames.
+        let log = OutputLog::restore_until(ring_bytes, spool_dir, next_seq);
+        {
+            let mut inner = log.lock();
+            if next_seq > inner.next_seq {
+                inner.ring = Ring::new(ring_bytes, next_seq);
+                inner.next_seq = next_seq;
+            }
+            inner.closed = false;
+            inner.held = Some((lost, None));
+            let end = LogEnd {
+                next_seq: inner.next_seq,
+                closed: false,
+            };
+            drop(inner);
+            log.end.send_replace(end);
+        }
+        log
+    }
+
+    /// The spool health a holder reported.
+    pub fn set_held_health(&self, lost: u64, why: Option<String>) {
+        self.lock().held = Some((lost, why));
     }
 
     fn lock(&self) -> MutexGuard<'_, LogInner> {
@@ -431,6 +484,9 @@ impl OutputLog {
     pub fn spool_health(&self) -> (u64, Option<String>) {
         let (discarded, disabled) = {
             let inner = self.lock();
+            if let Some(held) = inner.held.clone() {
+                return held;
+            }
             inner
                 .spool
                 .as_ref()
@@ -485,6 +541,18 @@ impl OutputLog {
             .is_some_and(|f| f.dropped > 0 || f.start() > ring_start)
         {
             return false;
+        }
+        // A holder's spool: only when it lost nothing and its cap has not deleted bytes the
+        // ring still holds.
+        if let Some((lost, _)) = inner.held {
+            let kept_from = self
+                .spool_dir
+                .as_deref()
+                .and_then(|d| SpoolReader::open(d).ok())
+                .map(|r| r.range().0);
+            if lost > 0 || kept_from.is_none_or(|start| start > ring_start) {
+                return false;
+            }
         }
         let floor = inner.ring.start();
         inner.ring = inner.ring.tail(COLD_TAIL_BYTES);

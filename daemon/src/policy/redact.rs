@@ -46,6 +46,14 @@ impl Redactor {
             secrets.push(value.to_vec());
             replacements.push(format!("[REDACTED:{name}]").into_bytes());
         }
+        Redactor::from_pairs(secrets.into_iter().zip(replacements).collect())
+    }
+
+    /// Builds a redactor from `(secret, replacement)` pairs, as [`Redactor::pairs`] gives them
+    /// (a holder gets its process's secrets this way); `None` when there are none.
+    pub fn from_pairs(pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Option<Arc<Redactor>> {
+        let (secrets, replacements): (Vec<Vec<u8>>, Vec<Vec<u8>>) =
+            pairs.into_iter().filter(|(s, _)| !s.is_empty()).unzip();
         if secrets.is_empty() {
             return None;
         }
@@ -65,6 +73,14 @@ impl Redactor {
             first_bytes,
             longest,
         }))
+    }
+
+    /// The secrets and their replacements, for [`Redactor::from_pairs`].
+    pub fn pairs(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.secrets
+            .iter()
+            .zip(&self.replacements)
+            .map(|(s, r)| (s.as_slice(), r.as_slice()))
     }
 
     /// `data` with every secret replaced, in one piece: for the command line and name of a

@@ -2,9 +2,10 @@
 //!
 //! # Theory of operation
 //! Each process gets three kinds of tasks:
-//! - two **pipe readers** (stdout, stderr) that redact and append to the [`OutputLog`] until EOF,
-//!   and one **stdin writer** (module `io`);
-//! - the **actor**, a `select!` loop over: the exit status from the reaper, the readers finishing,
+//! - the **holder link** (`holder::link`), which appends the holder's output frames (redacted
+//!   and spooled by the holder) to the [`OutputLog`] until both streams reach EOF and delivers
+//!   the exit status, and one **stdin writer** (module `io`);
+//! - the **actor**, a `select!` loop over: the exit status from the holder, the output finishing,
 //!   control messages (stop), daemon shutdown, the running record's timer, and the one timer of
 //!   its current `Phase`. Only the actor changes [`ProcState`] and writes the process record.
 //!
@@ -23,7 +24,7 @@
 //! Settled   ──sweep finds escapees─────────▶ Lingering
 //! ```
 //!
-//! Completion (DESIGN §4): the shell's exit (from the reaper, never from EOF) decides the status,
+//! Completion (DESIGN §4): the shell's exit (from its holder, never from EOF) decides the status,
 //! but clients see it only once the result is *settled* (`ManagedProcess::info` reports `running`
 //! until then), and a result settles only once the output is complete: both pipes at EOF, or the
 //! drain grace over when descendants hold them (then `descendants_running` says so, their later
@@ -37,22 +38,22 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use nix::sys::signal::Signal;
+use tokio::net::unix::pipe;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{AbortHandle, JoinHandle};
 // Tokio's clock, which is the system's except in tests that pause it.
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::io::{pump, stdin_writer};
+use super::io::stdin_writer;
 use super::reaper::ExitHow;
-use super::spawn::Spawned;
 use super::stop::{Interrupted, StopRun, Tick};
 use super::tree::{self, Identity, ProcessTree, SystemTree};
 use super::{
     Control, ManagedProcess, ProcState, ProcessFacts, Status, StdinWrite, StopOutcome, StopReason,
 };
-use crate::output::{OutputLog, Stream};
-use crate::policy::redact::Redactor;
+use crate::holder::link::{Held, HolderControl, Link};
+use crate::output::OutputLog;
 use crate::record::RecordStore;
 
 /// Timing knobs of the actor (from the daemon config).
@@ -86,46 +87,58 @@ pub struct ActorContext {
     pub store: RecordStore,
     /// Cancelled when the daemon shuts down.
     pub shutdown: CancellationToken,
+    /// Cancelled when the daemon leaves its processes to their holders (restart): the actor
+    /// records where it is and lets go.
+    pub detach: CancellationToken,
     /// The daemon's reaper: tells our own children from adopted orphans.
     pub reaper: Arc<super::reaper::Reaper>,
 }
 
-/// Starts the readers, the stdin writer and the actor for a spawned process.
+/// Starts the holder link, the stdin writer and the actor for a held process: one just
+/// started, or one a new daemon re-adopts (`state` then says what was known already).
 pub fn launch(
     facts: Arc<ProcessFacts>,
     running_slot: crate::limits::RunningSlot,
-    spawned: Spawned,
+    held: Held,
     output: Arc<OutputLog>,
-    redactor: Option<Arc<Redactor>>,
     timeout: Option<Duration>,
     ctx: ActorContext,
-) -> (Arc<ManagedProcess>, JoinHandle<()>) {
-    let started = std::time::Instant::now();
-    let (proc, control_rx, stdin_rx) = managed(
-        facts,
-        spawned.identity,
-        started,
-        output.clone(),
-        running_slot,
-    );
-    let out = tokio::spawn(pump(
-        spawned.stdout,
-        Stream::Stdout,
-        output.clone(),
-        redactor.clone(),
-    ));
-    let err = tokio::spawn(pump(spawned.stderr, Stream::Stderr, output, redactor));
-    let aborts = vec![out.abort_handle(), err.abort_handle()];
+) -> std::io::Result<(Arc<ManagedProcess>, JoinHandle<()>)> {
+    // Run time counts from the wall-clock start: a re-adopted process started under an
+    // earlier daemon.
+    let age = SystemTime::now()
+        .duration_since(facts.started_at)
+        .unwrap_or_default();
+    let now = std::time::Instant::now();
+    let started = now.checked_sub(age).unwrap_or(now);
+    let identity = held.shell();
+    let link = Link::run(held.sock, output.clone(), &held.hello)?;
+    let stdin = match held.stdin {
+        Some(fd) => Some(pipe::Sender::from_owned_fd(fd)?),
+        None => None,
+    };
+    let (proc, control_rx, stdin_rx) = managed(facts, identity, started, output, running_slot);
+    let control = link.control.clone();
+    let output_done = link.output_done;
+    let detach = ctx.detach.clone();
     let join = tokio::spawn(async move {
-        let _ = out.await;
-        let _ = err.await;
+        // Aborted by the reader cutoff: the holder then stops reading the pipes.
+        let cut = CutOnDrop(Some(control), detach);
+        let _ = output_done.await;
+        cut.disarm();
     });
+    let aborts = vec![join.abort_handle()];
     let stdin_close = CancellationToken::new();
-    tokio::spawn(stdin_writer(spawned.stdin, stdin_rx, stdin_close.clone()));
-    let tree = SystemTree::new(ctx.reaper.clone());
+    tokio::spawn(stdin_writer(
+        stdin,
+        stdin_rx,
+        stdin_close.clone(),
+        link.control.clone(),
+    ));
+    let tree = SystemTree::held(ctx.reaper.clone(), held.holder, identity.pid);
     let actor = Actor::new(
         proc.clone(),
-        spawned.identity.pid,
+        identity.pid,
         tree,
         ctx,
         control_rx,
@@ -135,8 +148,29 @@ pub fn launch(
         },
         timeout.map(|t| Instant::from_std(started) + t),
     );
-    let handle = tokio::spawn(actor.run(spawned.exit));
-    (proc, handle)
+    let handle = tokio::spawn(actor.run(link.exit));
+    Ok((proc, handle))
+}
+
+/// Tells the holder to stop reading output when dropped armed (the readers were cut off) —
+/// but not when the daemon is leaving its processes to their holders: its runtime then drops
+/// every task, and the process must keep its output.
+struct CutOnDrop(Option<HolderControl>, CancellationToken);
+
+impl CutOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CutOnDrop {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take()
+            && !self.1.is_cancelled()
+        {
+            c.close_output();
+        }
+    }
 }
 
 /// The shared handle of a process just spawned, and the receiving ends of its channels.
@@ -405,6 +439,15 @@ impl<T: ProcessTree> Actor<T> {
                         self.persist();
                     }
                 }
+                _ = self.ctx.detach.cancelled() => {
+                    // The next daemon re-adopts the process from its holder, starting from this
+                    // record (a settled one it only lists).
+                    if !self.phase.settled() {
+                        self.persist();
+                    }
+                    tracing::debug!(process_id = %self.proc.facts.id, "left to its holder");
+                    break;
+                }
                 _ = self.ctx.shutdown.cancelled(), if awaits_shutdown => {
                     // The daemon stops every tree at once (`tree::stop_all`, one /proc scan per
                     // round for all of them); the actor only records how its process ended.
@@ -426,10 +469,22 @@ impl<T: ProcessTree> Actor<T> {
         crate::heap::note_activity();
     }
 
-    /// The shell's exit status arrived (`None`: the reaper vanished, which cannot happen while
-    /// the daemon runs; treated as a kill).
+    /// The shell's exit status arrived (`None`: the holder died without telling it; whatever is
+    /// left of the tree is killed and the process is `lost`).
     async fn on_exit(&mut self, how: Option<ExitHow>) {
-        let how = how.unwrap_or(ExitHow::Signal(Signal::SIGKILL as i32));
+        let Some(how) = how else {
+            tracing::warn!(process_id = %self.proc.facts.id, "the holder died; stopping what is left of the tree");
+            if matches!(self.phase, Phase::Running { .. }) {
+                self.begin_stop(
+                    Signal::SIGKILL,
+                    Duration::ZERO,
+                    StopReason::HolderLost,
+                    None,
+                )
+                .await;
+            }
+            return;
+        };
         let duration = self.proc.started.elapsed();
         let record_exit = |s: &mut ProcState| {
             s.exit = Some(how);
@@ -660,8 +715,13 @@ impl<T: ProcessTree> Actor<T> {
                 s.status = match run.reason {
                     StopReason::Timeout => Status::TimedOut,
                     StopReason::Request | StopReason::Shutdown => Status::Stopped,
+                    StopReason::HolderLost => Status::Lost,
                 };
-                s.ended_by = Some(run.reason.ended_by());
+                if run.reason == StopReason::HolderLost {
+                    s.lost_reason = Some(crate::status::LostReason::HolderDied);
+                } else {
+                    s.ended_by = Some(run.reason.ended_by());
+                }
             }
             if s.ended_at.is_none() {
                 s.ended_at = Some(SystemTime::now());

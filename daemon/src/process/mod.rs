@@ -111,6 +111,8 @@ pub enum StopReason {
     Timeout,
     /// The daemon is shutting down.
     Shutdown,
+    /// The holder died without reporting the exit: what is left of the tree is killed.
+    HolderLost,
 }
 
 impl StopReason {
@@ -119,6 +121,8 @@ impl StopReason {
             StopReason::Request => EndedBy::Stop,
             StopReason::Timeout => EndedBy::Timeout,
             StopReason::Shutdown => EndedBy::DaemonShutdown,
+            // Not an end of the process's own: the status is `lost`, with its reason.
+            StopReason::HolderLost => EndedBy::Stop,
         }
     }
 }
@@ -197,6 +201,21 @@ pub struct ProcessFacts {
 }
 
 impl ProcessFacts {
+    /// The facts a record keeps (of a process an earlier daemon started).
+    pub fn from_record(record: &ProcessRecord) -> ProcessFacts {
+        ProcessFacts {
+            id: record.process_id.clone(),
+            session_id: record.session_id.clone(),
+            name: record.name.clone(),
+            command: record.command.to_bytes(),
+            cwd: PathBuf::from(yieldshell_proto::session_config::bytes_os(
+                &record.cwd.to_bytes(),
+            )),
+            started_at: SystemTime::UNIX_EPOCH
+                + Duration::from_millis(u64::try_from(record.started_at_ms).unwrap_or(0)),
+        }
+    }
+
     /// The record queued before the spawn: the command and directory, no pid yet.
     pub fn starting_record(&self) -> ProcessRecord {
         ProcessRecord {
@@ -253,23 +272,12 @@ pub fn signal_name(n: i32) -> String {
 impl ManagedProcess {
     /// Restores a process from a record of an earlier daemon: ended, with its spooled output.
     pub fn restored(record: &ProcessRecord, state: ProcState, output: Arc<OutputLog>) -> Self {
-        let started_at = SystemTime::UNIX_EPOCH
-            + Duration::from_millis(u64::try_from(record.started_at_ms).unwrap_or(0));
         // The monotonic start of another daemon's process is unknowable; durations of restored
         // processes come from the record instead.
         let started = Instant::now();
         let (state, _) = watch::channel(state);
         ManagedProcess {
-            facts: Arc::new(ProcessFacts {
-                id: record.process_id.clone(),
-                session_id: record.session_id.clone(),
-                name: record.name.clone(),
-                command: record.command.to_bytes(),
-                cwd: PathBuf::from(yieldshell_proto::session_config::bytes_os(
-                    &record.cwd.to_bytes(),
-                )),
-                started_at,
-            }),
+            facts: Arc::new(ProcessFacts::from_record(record)),
             started,
             output,
             state,

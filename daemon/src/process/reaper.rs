@@ -1,10 +1,10 @@
 //! The daemon's only reaper: it owns every `waitpid` (RELIABILITY §2.1, design (a)).
 //!
-//! As a child subreaper (Linux), the daemon inherits every orphaned descendant of its managed
-//! processes, so zombies come to us and must be reaped at once. A `waitpid(-1)` loop would steal
-//! the exit statuses that a per-child waiter (tokio's `Child::wait`) expects, so the daemon never
-//! uses tokio's process API: it spawns with `std::process::Command` and this reaper dispatches
-//! every exit status by pid.
+//! The daemon's children are the per-process holders (`holder`), which reap their own trees; a
+//! holder that dies leaves its orphans to the daemon, a child subreaper (Linux), so those come
+//! to us and must be reaped at once too. A `waitpid(-1)` loop would steal the exit statuses that
+//! a per-child waiter (tokio's `Child::wait`) expects, so the daemon never uses tokio's process
+//! API: it spawns through this reaper, which dispatches every exit status by pid.
 //!
 //! The race between "child exits" and "we register it" is closed by doing both under one lock:
 //! [`Reaper::spawn`] forks and records the pid while holding the waiter map, and

@@ -1,26 +1,24 @@
-//! Building and starting a managed command (DESIGN §4 "Spawn").
+//! Building and starting a managed command (DESIGN §4 "Spawn") and its holder (DESIGN §10).
 //!
-//! `/bin/sh -c COMMAND` in a new session (own process group, no controlling terminal), in the
-//! resolved cwd, with exactly the session's environment plus the overlay and the
-//! `YIELDSHELL_PROCESS_ID` marker. stdin/stdout/stderr are pipes; no other descriptor survives
-//! `exec` (the daemon opens everything close-on-exec); the signal mask is empty and every
-//! disposition is the default.
+//! The daemon starts a holder ([`spawn_holder`]: this binary as `yieldshelld hold`, in a new
+//! session), and the holder starts the command ([`spawn_shell`]): `/bin/sh -c COMMAND` in a new
+//! session (own process group, no controlling terminal), in the resolved cwd, with exactly the
+//! session's environment plus the overlay and the `YIELDSHELL_PROCESS_ID` marker.
+//! stdin/stdout/stderr are pipes; no other descriptor survives `exec` (everything is opened
+//! close-on-exec); the signal mask is empty and every disposition is the default.
 //!
-//! On Linux the child is started with `posix_spawn` (glibc: `clone(CLONE_VM | CLONE_VFORK)`), with
+//! On Linux both are started with `posix_spawn` (glibc: `clone(CLONE_VM | CLONE_VFORK)`), with
 //! `POSIX_SPAWN_SETSID`, an empty mask and every signal reset to its default. Unlike `fork`, this
 //! copies no page tables and leaves the daemon's other threads no copy-on-write faults to take,
 //! which is a good part of `exec`'s latency. Elsewhere it falls back to `fork` + `pre_exec`.
 
-use std::ffi::OsString;
+use std::ffi::{CString, OsString};
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
-use tokio::net::unix::pipe;
-use tokio::sync::oneshot;
-
-use super::reaper::{ExitHow, Reaper};
-use super::tree::{self, Identity, MARKER_VAR};
+use super::reaper::Reaper;
+use super::tree::MARKER_VAR;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -33,21 +31,6 @@ pub struct SpawnSpec {
     pub env: Vec<(OsString, OsString)>,
     /// Becomes `YIELDSHELL_PROCESS_ID`.
     pub process_id: String,
-}
-
-/// A started process and its pipes.
-#[derive(Debug)]
-pub struct Spawned {
-    /// Pid, and start time for identity checks.
-    pub identity: Identity,
-    /// Write end of its stdin.
-    pub stdin: pipe::Sender,
-    /// Read end of its stdout.
-    pub stdout: pipe::Receiver,
-    /// Read end of its stderr.
-    pub stderr: pipe::Receiver,
-    /// Resolves when the reaper collects its exit status.
-    pub exit: oneshot::Receiver<ExitHow>,
 }
 
 /// Bigger pipes mean fewer wake-ups per megabyte for chatty processes (Linux only; best effort).
@@ -101,56 +84,33 @@ pub fn reset_inherited_ignores() {
     }
 }
 
-/// Starts the command through the reaper.
-pub fn spawn(reaper: &Reaper, spec: &SpawnSpec) -> io::Result<Spawned> {
-    let (pid, stdin, stdout, stderr, exit) = start(reaper, spec)?;
-    // Read the start time right away; a shell that already exited and was reaped leaves the pid
-    // alone as its identity.
-    let identity = tree::identify(pid).unwrap_or(Identity { pid, start_time: 0 });
-    enlarge_pipe(&stdout);
-    enlarge_pipe(&stderr);
-    let pipes = (|| {
-        Ok::<_, io::Error>((
-            pipe::Sender::from_owned_fd(stdin)?,
-            pipe::Receiver::from_owned_fd(stdout)?,
-            pipe::Receiver::from_owned_fd(stderr)?,
-        ))
-    })();
-    match pipes {
-        Ok((stdin, stdout, stderr)) => Ok(Spawned {
-            identity,
-            stdin,
-            stdout,
-            stderr,
-            exit,
-        }),
-        Err(e) => {
-            // Never leave a process running that nobody supervises.
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-            Err(e)
-        }
-    }
+/// A started shell: its pid and the daemon-side ends of its pipes.
+pub struct Shell {
+    /// The shell's pid.
+    pub pid: i32,
+    /// Write end of its stdin.
+    pub stdin: OwnedFd,
+    /// Read end of its stdout.
+    pub stdout: OwnedFd,
+    /// Read end of its stderr.
+    pub stderr: OwnedFd,
 }
 
-type Started = (i32, OwnedFd, OwnedFd, OwnedFd, oneshot::Receiver<ExitHow>);
+fn cstring(b: Vec<u8>, what: &str) -> io::Result<CString> {
+    CString::new(b).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{what} contains a NUL byte"),
+        )
+    })
+}
 
+/// Starts `sh -c COMMAND` (the caller reaps it: the holder, whose child it is).
 #[cfg(target_os = "linux")]
-fn start(reaper: &Reaper, spec: &SpawnSpec) -> io::Result<Started> {
-    use std::ffi::CString;
+pub fn spawn_shell(spec: &SpawnSpec) -> io::Result<Shell> {
     use std::os::fd::AsRawFd;
     use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
-    let cstring = |b: Vec<u8>, what: &str| {
-        CString::new(b).map_err(|_| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{what} contains a NUL byte"),
-            )
-        })
-    };
     let argv = [
         cstring(b"/bin/sh".to_vec(), "program")?,
         cstring(b"-c".to_vec(), "argument")?,
@@ -174,82 +134,157 @@ fn start(reaper: &Reaper, spec: &SpawnSpec) -> io::Result<Started> {
         spec.cwd.as_os_str().as_bytes().to_vec(),
         "working directory",
     )?;
+    // Close-on-exec pipes: the child gets them only as its 0, 1 and 2 (dup2 clears the flag).
+    let (stdin_r, stdin_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (stdout_r, stdout_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (stderr_r, stderr_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let pid = posix_spawn_session(
+        &argv[0],
+        &argv,
+        &envp,
+        &[
+            (stdin_r.as_raw_fd(), 0),
+            (stdout_w.as_raw_fd(), 1),
+            (stderr_w.as_raw_fd(), 2),
+        ],
+        Some(&cwd),
+    )?;
+    drop((stdin_r, stdout_w, stderr_w));
+    enlarge_pipe(&stdout_r);
+    enlarge_pipe(&stderr_r);
+    Ok(Shell {
+        pid,
+        stdin: stdin_w,
+        stdout: stdout_r,
+        stderr: stderr_r,
+    })
+}
+
+/// Starts a holder (`yieldshelld hold`, this very binary) in a new session, with `sock` as its
+/// descriptor 3 and no environment, through the reaper (a holder is the daemon's child until
+/// the daemon exits). Returns its pid.
+#[cfg(target_os = "linux")]
+pub fn spawn_holder(reaper: &Reaper, sock: &impl std::os::fd::AsRawFd) -> io::Result<i32> {
+    // The small holder binary when it was installed beside the daemon, else this binary in its
+    // holder mode. Either way through a descriptor or /proc/self/exe, which stay the files this
+    // daemon started with even after an upgrade replaced them on disk: a daemon's holders are
+    // always its own version.
+    let (program, name) = match holder_program() {
+        Some(fd) => (format!("/proc/self/fd/{fd}"), HOLDER_BINARY),
+        None => ("/proc/self/exe".to_string(), "yieldshelld"),
+    };
+    let program = cstring(program.into_bytes(), "program")?;
+    let argv = [
+        cstring(name.as_bytes().to_vec(), "program name")?,
+        cstring(crate::holder::HOLD_ARG.as_bytes().to_vec(), "argument")?,
+    ];
+    let (pid, _exit) = reaper.spawn_with(|| {
+        let pid = posix_spawn_session(
+            &program,
+            &argv,
+            &[],
+            &[(sock.as_raw_fd(), crate::holder::HOLDER_FD)],
+            None,
+        )?;
+        Ok((pid, pid))
+    })?;
+    // The holder's end is detected through its socket, not its exit status: a new daemon is
+    // not its parent and has only the socket.
+    Ok(pid)
+}
+
+/// The holder's own binary, installed beside `yieldshelld` (`cargo install` installs both): it
+/// links only what a holder runs, so its relocated data — the one part of a binary every
+/// process has its own copy of — is a tenth of the daemon's (DESIGN §10: at most 512 KiB PSS
+/// per held process).
+pub const HOLDER_BINARY: &str = "yieldshell-holder";
+
+/// A close-on-exec descriptor of [`HOLDER_BINARY`] beside the running daemon, opened once (the
+/// daemon calls this at startup); `None` when it is not there.
+#[cfg(target_os = "linux")]
+pub fn holder_program() -> Option<i32> {
+    use std::os::fd::{AsRawFd, OwnedFd};
+    static PROGRAM: std::sync::OnceLock<Option<OwnedFd>> = std::sync::OnceLock::new();
+    PROGRAM
+        .get_or_init(|| {
+            let exe = std::fs::read_link("/proc/self/exe").ok()?;
+            let path = exe.parent()?.join(HOLDER_BINARY);
+            // std opens close-on-exec: the descriptor reaches no process, only the path
+            // /proc/self/fd/N that a spawn resolves before its exec closes it.
+            let file = std::fs::File::open(&path).ok()?;
+            tracing::info!(holder = %path.display(), "holders run the holder binary");
+            Some(OwnedFd::from(file))
+        })
+        .as_ref()
+        .map(AsRawFd::as_raw_fd)
+}
+
+/// `posix_spawn` of `program` in a new session, with an empty signal mask, every signal at its
+/// default, `dups` (`from → to`) applied and, when given, `cwd` as working directory.
+#[cfg(target_os = "linux")]
+fn posix_spawn_session(
+    program: &CString,
+    argv: &[CString],
+    envp: &[CString],
+    dups: &[(i32, i32)],
+    cwd: Option<&CString>,
+) -> io::Result<i32> {
     let mut argv_ptrs: Vec<*mut libc::c_char> =
         argv.iter().map(|a| a.as_ptr().cast_mut()).collect();
     argv_ptrs.push(std::ptr::null_mut());
     let mut envp_ptrs: Vec<*mut libc::c_char> =
         envp.iter().map(|e| e.as_ptr().cast_mut()).collect();
     envp_ptrs.push(std::ptr::null_mut());
-
-    // Close-on-exec pipes: the child gets them only as its 0, 1 and 2 (dup2 clears the flag).
-    let (stdin_r, stdin_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let (stdout_r, stdout_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let (stderr_r, stderr_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-
-    let (pid, exit) = reaper.spawn_with(|| {
-        // SAFETY: the attribute and file-action objects are initialised before use and destroyed
-        // on every path (their Drop); every pointer passed to posix_spawn points into CStrings
-        // and vectors that outlive the call; argv and envp are NULL-terminated.
-        unsafe {
-            let mut attr = SpawnAttr::new()?;
-            let attr = &mut *attr.0;
-            let mut actions = FileActions::new()?;
-            let actions = &mut *actions.0;
-            let flags = libc::POSIX_SPAWN_SETSID as libc::c_short
-                | libc::POSIX_SPAWN_SETSIGMASK as libc::c_short
-                | libc::POSIX_SPAWN_SETSIGDEF as libc::c_short;
-            check(libc::posix_spawnattr_setflags(attr, flags))?;
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            check(libc::posix_spawnattr_setsigmask(attr, &empty))?;
-            let mut all: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all);
-            // glibc's sigfillset leaves out the two real-time signals it reserves (32, 33), and
-            // its spawn child sets those to SIG_IGN unless they are in this set — an ignore that
-            // would survive exec into every managed process. Add them by setting their bits
-            // directly (sigaddset refuses them); the child then sets them to SIG_DFL, which is
-            // safe there: all signals stay blocked until exec.
-            // Bit n-1 is signal n in glibc's array of longs; read as one little-endian u64 the
-            // first 64 signals have those positions on 32- and 64-bit targets alike.
-            #[cfg(target_endian = "little")]
-            {
-                let words = (&mut all as *mut libc::sigset_t).cast::<u64>();
-                *words |= (1u64 << 31) | (1u64 << 32);
-            }
-            check(libc::posix_spawnattr_setsigdefault(attr, &all))?;
-            check(libc::posix_spawn_file_actions_adddup2(
-                actions,
-                stdin_r.as_raw_fd(),
-                0,
-            ))?;
-            check(libc::posix_spawn_file_actions_adddup2(
-                actions,
-                stdout_w.as_raw_fd(),
-                1,
-            ))?;
-            check(libc::posix_spawn_file_actions_adddup2(
-                actions,
-                stderr_w.as_raw_fd(),
-                2,
-            ))?;
+    // SAFETY: the attribute and file-action objects are initialised before use and destroyed
+    // on every path (their Drop); every pointer passed to posix_spawn points into CStrings
+    // and vectors that outlive the call; argv and envp are NULL-terminated.
+    unsafe {
+        let mut attr = SpawnAttr::new()?;
+        let attr = &mut *attr.0;
+        let mut actions = FileActions::new()?;
+        let actions = &mut *actions.0;
+        let flags = libc::POSIX_SPAWN_SETSID as libc::c_short
+            | libc::POSIX_SPAWN_SETSIGMASK as libc::c_short
+            | libc::POSIX_SPAWN_SETSIGDEF as libc::c_short;
+        check(libc::posix_spawnattr_setflags(attr, flags))?;
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        check(libc::posix_spawnattr_setsigmask(attr, &empty))?;
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        // glibc's sigfillset leaves out the two real-time signals it reserves (32, 33), and
+        // its spawn child sets those to SIG_IGN unless they are in this set — an ignore that
+        // would survive exec into every managed process. Add them by setting their bits
+        // directly (sigaddset refuses them); the child then sets them to SIG_DFL, which is
+        // safe there: all signals stay blocked until exec.
+        // Bit n-1 is signal n in glibc's array of longs; read as one little-endian u64 the
+        // first 64 signals have those positions on 32- and 64-bit targets alike.
+        #[cfg(target_endian = "little")]
+        {
+            let words = (&mut all as *mut libc::sigset_t).cast::<u64>();
+            *words |= (1u64 << 31) | (1u64 << 32);
+        }
+        check(libc::posix_spawnattr_setsigdefault(attr, &all))?;
+        for (from, to) in dups {
+            check(libc::posix_spawn_file_actions_adddup2(actions, *from, *to))?;
+        }
+        if let Some(cwd) = cwd {
             check(libc::posix_spawn_file_actions_addchdir_np(
                 actions,
                 cwd.as_ptr(),
             ))?;
-            let mut pid: libc::pid_t = 0;
-            check(libc::posix_spawn(
-                &mut pid,
-                argv[0].as_ptr(),
-                actions,
-                attr,
-                argv_ptrs.as_ptr(),
-                envp_ptrs.as_ptr(),
-            ))?;
-            Ok((pid, pid))
         }
-    })?;
-    drop((stdin_r, stdout_w, stderr_w));
-    Ok((pid, stdin_w, stdout_r, stderr_r, exit))
+        let mut pid: libc::pid_t = 0;
+        check(libc::posix_spawn(
+            &mut pid,
+            program.as_ptr(),
+            actions,
+            attr,
+            argv_ptrs.as_ptr(),
+            envp_ptrs.as_ptr(),
+        ))?;
+        Ok(pid)
+    }
 }
 
 #[cfg(target_os = "linux")]
@@ -311,8 +346,9 @@ impl Drop for FileActions {
     }
 }
 
+/// Starts `sh -c COMMAND` (the caller reaps it: the holder, whose child it is).
 #[cfg(not(target_os = "linux"))]
-fn start(reaper: &Reaper, spec: &SpawnSpec) -> io::Result<Started> {
+pub fn spawn_shell(spec: &SpawnSpec) -> io::Result<Shell> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
@@ -336,12 +372,39 @@ fn start(reaper: &Reaper, spec: &SpawnSpec) -> io::Result<Started> {
             Ok(())
         });
     }
-    let (mut child, exit) = reaper.spawn(&mut cmd)?;
+    let mut child = cmd.spawn()?;
     let pid = child.id() as i32;
     let take = |o: Option<OwnedFd>| o.ok_or_else(|| io::Error::other("missing pipe"));
     let stdin = take(child.stdin.take().map(OwnedFd::from))?;
     let stdout = take(child.stdout.take().map(OwnedFd::from))?;
     let stderr = take(child.stderr.take().map(OwnedFd::from))?;
-    // `child` is dropped without waiting: std never reaps on drop, the reaper does.
-    Ok((pid, stdin, stdout, stderr, exit))
+    // `child` is dropped without waiting: std never reaps on drop, the holder does.
+    Ok(Shell {
+        pid,
+        stdin,
+        stdout,
+        stderr,
+    })
+}
+
+/// Starts a holder (`yieldshelld hold`, this very binary) in a new session with `sock` as its
+/// descriptor 3, through the reaper. Returns its pid.
+#[cfg(not(target_os = "linux"))]
+pub fn spawn_holder(reaper: &Reaper, sock: &impl std::os::fd::AsRawFd) -> io::Result<i32> {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(std::env::current_exe()?);
+    cmd.arg(crate::holder::HOLD_ARG).env_clear();
+    let fd = sock.as_raw_fd();
+    // SAFETY: dup2 and setsid are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::unistd::setsid()?;
+            if libc::dup2(fd, crate::holder::HOLDER_FD) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let (child, _exit) = reaper.spawn(&mut cmd)?;
+    Ok(child.id() as i32)
 }

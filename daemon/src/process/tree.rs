@@ -462,18 +462,44 @@ pub async fn off_runtime<T: ProcessTree, R: Send + 'static>(
     }
 }
 
-/// The real tree: signals and `/proc` scans. Escapees are looked for under the daemon's adopted
-/// children, which the reaper tells from its own.
+/// The real tree: signals and `/proc` scans. Escapees are looked for under the holder's
+/// children (it is the tree's subreaper): anything there but the shell is an adopted orphan.
 #[derive(Debug, Clone)]
 pub struct SystemTree {
     reaper: std::sync::Arc<super::reaper::Reaper>,
+    /// The holder and the shell's pid.
+    held: Option<(Identity, i32)>,
 }
 
 impl SystemTree {
     /// The real tree, with the daemon's reaper.
     pub fn new(reaper: std::sync::Arc<super::reaper::Reaper>) -> SystemTree {
-        SystemTree { reaper }
+        SystemTree { reaper, held: None }
     }
+
+    /// The real tree of a process held by `holder`, whose shell is `shell`.
+    pub fn held(
+        reaper: std::sync::Arc<super::reaper::Reaper>,
+        holder: Identity,
+        shell: i32,
+    ) -> SystemTree {
+        SystemTree {
+            reaper,
+            held: Some((holder, shell)),
+        }
+    }
+}
+
+/// Whether `holder` has children besides `shell` (adopted orphans of the tree); `None` when it
+/// cannot tell (`/proc` lacks the list).
+#[cfg(target_os = "linux")]
+fn holder_adopted(holder: Identity, shell: i32) -> Option<bool> {
+    let list = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", holder.pid)).ok()?;
+    Some(
+        list.split_ascii_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+            .any(|p| p != shell),
+    )
 }
 
 impl ProcessTree for SystemTree {
@@ -498,6 +524,18 @@ impl ProcessTree for SystemTree {
     }
 
     fn find_escapees(&self, process_id: &str) -> Vec<Identity> {
+        // A holder that ended on its own had no child left: all of the tree was below it. One
+        // that was killed left its orphans to the daemon (when it started the holder), which
+        // the check below looks at.
+        #[cfg(target_os = "linux")]
+        if let Some((holder, shell)) = self.held
+            && is_alive(holder)
+        {
+            return match holder_adopted(holder, shell) {
+                Some(false) => Vec::new(),
+                _ => find_tree(None, process_id),
+            };
+        }
         let reaper = &self.reaper;
         find_escapees(process_id, |pid| reaper.waits_for(pid))
     }

@@ -15,8 +15,8 @@ pub(super) fn hello(
     if req.protocol_version != PROTOCOL_VERSION {
         return Err(ErrorKind::ProtocolMismatch.status(format!(
             "{} {} speaks control protocol {}, but this yieldshelld {VERSION} (pid {}) speaks {PROTOCOL_VERSION}. \
-             Upgrade the client, or stop this daemon with `yieldctl daemon stop` (which stops its processes) \
-             so the matching daemon can start",
+             Upgrade the client, or run `yieldctl daemon restart` to replace this daemon with the \
+             installed one (its running processes are kept)",
             req.client_name,
             req.client_version,
             req.protocol_version,
@@ -76,6 +76,7 @@ pub(super) fn status(svc: &ControlService) -> pb::StatusResponse {
         tasks: tokio::runtime::Handle::current()
             .metrics()
             .num_alive_tasks() as u64,
+        holders: true,
     }
 }
 
@@ -94,7 +95,7 @@ pub(super) fn open_session(
     })
 }
 
-pub(super) fn shutdown(svc: &ControlService) -> pb::ShutdownResponse {
+pub(super) fn shutdown(svc: &ControlService, req: &pb::ShutdownRequest) -> pb::ShutdownResponse {
     let running = svc
         .daemon
         .registry
@@ -102,9 +103,27 @@ pub(super) fn shutdown(svc: &ControlService) -> pb::ShutdownResponse {
         .iter()
         .filter(|p| p.is_running())
         .count();
-    tracing::info!(running, "shutdown requested over the control socket");
+    let running = u32::try_from(running).unwrap_or(u32::MAX);
+    tracing::info!(
+        running,
+        keep_processes = req.keep_processes,
+        "shutdown requested over the control socket"
+    );
+    if req.keep_processes {
+        // Before the shutdown itself: every actor lets go of its process (the holders carry
+        // on alone), and no sweep stops a tree.
+        svc.daemon.detach.cancel();
+    }
     svc.daemon.shutdown.cancel();
-    pb::ShutdownResponse {
-        stopping: u32::try_from(running).unwrap_or(u32::MAX),
+    if req.keep_processes {
+        pb::ShutdownResponse {
+            stopping: 0,
+            kept: running,
+        }
+    } else {
+        pb::ShutdownResponse {
+            stopping: running,
+            kept: 0,
+        }
     }
 }

@@ -18,11 +18,13 @@ use super::output::{outcome_fields, until_matcher, wait_until_match};
 use super::{
     ControlService, MAX_DURATION_MS, MAX_WRITE_BYTES, at_most, clamp_output_bytes, output_to_pb,
 };
+use crate::holder::HoldSpec;
+use crate::holder::link;
 use crate::output::{OutputLog, ReadQuery, StreamFilter};
 use crate::policy::Refusal;
 use crate::policy::redact::Redactor;
 use crate::process::actor::{self, ActorContext};
-use crate::process::{ManagedProcess, ProcessFacts, Status, new_process_id, spawn};
+use crate::process::{ManagedProcess, ProcessFacts, Status, new_process_id};
 use crate::session::{Session, check_env_size};
 
 fn refused(r: Refusal) -> pb::ExecResponse {
@@ -423,33 +425,57 @@ fn start(
     // if this one crashes right after; the directory alone already would.
     d.store.save(&facts.starting_record());
     crate::faults::delay_spawn(&req.command); // tests only (RELIABILITY F3)
-    let spec = spawn::SpawnSpec {
-        command: super::exec_line::exec_single(req.command),
-        cwd: facts.cwd.clone(),
-        env: req.env,
+    let spool_cap = d.config.file.spool_max_bytes();
+    let spec = HoldSpec {
         process_id: facts.id.clone(),
+        dir: os_bytes(dir.as_os_str()),
+        command: super::exec_line::exec_single(req.command),
+        cwd: os_bytes(facts.cwd.as_os_str()),
+        env: req
+            .env
+            .iter()
+            .map(|(k, v)| (os_bytes(k), os_bytes(v)))
+            .collect(),
+        redact: req.redactor.as_ref().map_or_else(Vec::new, |r| {
+            r.pairs().map(|(s, r)| (s.to_vec(), r.to_vec())).collect()
+        }),
+        // spool_max_bytes = 0 turns the disk spool off.
+        spool_cap,
     };
-    let spawned = match spawn::spawn(&d.reaper, &spec) {
-        Ok(s) => s,
+    let held = link::start(&d.holders, &spec);
+    let pool = d.holders.clone();
+    tokio::task::spawn_blocking(move || pool.refill());
+    let held = match held {
+        Ok(h) => h,
         Err(e) => {
             d.store.remove(&facts.id);
             return Err(internal("could not start /bin/sh", e));
         }
     };
-    let output = Arc::new(OutputLog::new(
+    let output = Arc::new(OutputLog::held(
         usize::try_from(session.policy.max_buffer_bytes).unwrap_or(usize::MAX),
-        // spool_max_bytes = 0 turns the disk spool off.
-        (d.config.file.spool_max_bytes() > 0).then_some(dir.as_path()),
-        d.config.file.spool_max_bytes(),
+        (spool_cap > 0).then_some(dir.as_path()),
     ));
     let ctx = ActorContext {
         timing: d.config.file.timing(),
         store: d.store.clone(),
         shutdown: d.shutdown.clone(),
+        detach: d.detach.clone(),
         reaper: d.reaper.clone(),
     };
-    let (proc, handle) =
-        actor::launch(facts, slot, spawned, output, req.redactor, req.timeout, ctx);
+    let (holder_pid, shell_pid) = (held.holder.pid, held.shell().pid);
+    let (proc, handle) = match actor::launch(facts, slot, held, output, req.timeout, ctx) {
+        Ok(launched) => launched,
+        Err(e) => {
+            // Never leave a process running that nobody supervises: the shell's group and its
+            // holder go.
+            use nix::sys::signal::{Signal, kill, killpg};
+            use nix::unistd::Pid;
+            let _ = killpg(Pid::from_raw(shell_pid), Signal::SIGKILL);
+            let _ = kill(Pid::from_raw(holder_pid), Signal::SIGKILL);
+            return Err(internal("could not supervise the process", e));
+        }
+    };
     d.registry.insert(proc.clone());
     d.track_actor(proc.clone(), handle);
     tracing::info!(process_id = %proc.facts.id, pid = proc.state().identity.map(|i| i.pid), session = %session.id, "started");

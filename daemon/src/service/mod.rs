@@ -201,8 +201,8 @@ impl Control for ControlService {
 
     async fn shutdown(
         &self,
-        _req: Request<pb::ShutdownRequest>,
+        req: Request<pb::ShutdownRequest>,
     ) -> Result<Response<pb::ShutdownResponse>, Status> {
-        Ok(Response::new(admin::shutdown(self)))
+        Ok(Response::new(admin::shutdown(self, &req.into_inner())))
     }
 }

@@ -372,13 +372,46 @@ async fn connect_and_handshake(opts: &ConnectOptions) -> Probe {
             started_daemon: false,
         }),
         Err(status) => match ErrorKind::of_status(&status) {
-            ErrorKind::ProtocolMismatch => {
-                Probe::Unusable(ClientError::ProtocolMismatch(status.message().to_string()))
-            }
+            ErrorKind::ProtocolMismatch => Probe::Unusable(ClientError::ProtocolMismatch(
+                restart_hint(status.message()),
+            )),
             ErrorKind::DaemonUnavailable => Probe::NoAnswer(status.message().to_string()),
             _ => Probe::Unusable(ClientError::Rpc(status)),
         },
     }
+}
+
+/// A client for a running daemon without the handshake, for the calls that must reach a
+/// daemon of another protocol version too (`Status`, `Shutdown`: `yieldctl daemon restart`
+/// replaces exactly such a daemon). Never starts one.
+pub async fn connect_any_version(opts: &ConnectOptions) -> Result<Client, ClientError> {
+    paths::check_socket_path_len(&opts.socket)?;
+    let channel = tokio::time::timeout(opts.deadlines.connect, open_channel(&opts.socket))
+        .await
+        .map_err(|_| opts.unresponsive("connecting", opts.deadlines.connect))?
+        .map_err(|reason| ClientError::NoDaemon {
+            socket: opts.socket.clone(),
+            reason,
+        })?;
+    Ok(ControlClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES))
+}
+
+/// A daemon's protocol-mismatch message, ending with the one remedy that loses nothing: daemons
+/// from before process holders advised `daemon stop` (which stops every process).
+fn restart_hint(message: &str) -> String {
+    if message.contains("yieldctl daemon restart") {
+        return message.to_string();
+    }
+    let facts = message
+        .split(". Upgrade the client")
+        .next()
+        .unwrap_or(message);
+    format!(
+        "{facts}. Run `yieldctl daemon restart` to replace it with the installed daemon \
+         (running processes are kept)"
+    )
 }
 
 /// Connects to a running daemon; never starts one.

@@ -31,7 +31,8 @@ pub use poll::{TIMEOUT, eventually, eventually_blocking};
 pub use prerequisites::{require_root, require_tool};
 #[allow(unused_imports)]
 pub use procfs::{
-    Pid, assert_no_zombies, daemon_pids_for, fd_count, marked_processes, rss_kib, zombies_of,
+    Pid, assert_no_zombies, daemon_pids_for, fd_count, holders_in, marked_processes, rss_kib,
+    zombies_of,
 };
 #[allow(unused_imports)]
 pub use stats::Latencies;

@@ -1,7 +1,8 @@
 //! `/proc` inspection: process identities (pid and start time), processes marked with a managed
-//! process's id, zombies, descriptors, resident memory, and live daemons by socket.
+//! process's id, zombies, descriptors, resident memory, live daemons by socket, and process
+//! holders by state directory.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::poll::eventually;
 
@@ -141,6 +142,24 @@ pub fn daemon_pids_for(socket: &Path) -> Vec<i32> {
             Pid::of(*pid).is_some()
                 && args.first().is_some_and(|a| a.ends_with("yieldshelld"))
                 && args.contains(&needle)
+        })
+        .collect()
+}
+
+/// Live process holders (`yieldshelld hold`) working in a process directory under `state`
+/// (each works in its process's directory), with that directory.
+pub fn holders_in(state: &Path) -> Vec<(Pid, PathBuf)> {
+    let Ok(procs) = std::fs::canonicalize(state.join("procs")) else {
+        return Vec::new();
+    };
+    all_pids()
+        .filter_map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            if cmdline.split(|b| *b == 0).nth(1) != Some(&b"hold"[..]) {
+                return None;
+            }
+            let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?;
+            cwd.starts_with(&procs).then_some((Pid::of(pid)?, cwd))
         })
         .collect()
 }

@@ -73,6 +73,7 @@ fn start(timeout: Option<Duration>) -> Harness {
         timing: TIMING,
         store: store.clone(),
         shutdown: shutdown.clone(),
+        detach: CancellationToken::new(),
         reaper: Arc::new(Reaper::default()),
     };
     let actor = Actor::new(

@@ -1,0 +1,325 @@
+//! The daemon's side of a holder: starting one ([`start`]), reconnecting to one a previous
+//! daemon left ([`attach`]), and the task that turns its frames into the process's output log
+//! and exit status ([`Link::run`]).
+
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::oneshot;
+
+use super::{Encoder, ExitNote, Hello, HoldSpec, Kind, SOCKET_NAME, recv_frame_with_fd, stream_of};
+use crate::output::OutputLog;
+use crate::process::reaper::{ExitHow, Reaper};
+use crate::process::tree::{self, Identity};
+
+/// How long a holder may take to answer the first frame (it is a fresh exec, or a live process
+/// that only has to write a few bytes).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A holder that has answered: its account of the process and the connection.
+#[derive(Debug)]
+pub struct Held {
+    /// What the holder said.
+    pub hello: Hello,
+    /// The holder process.
+    pub holder: Identity,
+    /// Write end of the process's stdin, while open.
+    pub stdin: Option<OwnedFd>,
+    /// The connection (blocking until [`Link::run`] takes it).
+    pub sock: UnixStream,
+}
+
+impl Held {
+    /// The shell's identity.
+    pub fn shell(&self) -> Identity {
+        Identity {
+            pid: self.hello.shell_pid,
+            start_time: self.hello.shell_start_time,
+        }
+    }
+}
+
+fn greeted(sock: UnixStream) -> io::Result<Held> {
+    sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    let (kind, payload, stdin) = recv_frame_with_fd(&sock)?;
+    match kind {
+        Kind::Hello => {}
+        Kind::Failed => {
+            return Err(io::Error::other(
+                String::from_utf8_lossy(&payload).into_owned(),
+            ));
+        }
+        _ => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the holder did not greet",
+            ));
+        }
+    }
+    sock.set_read_timeout(None)?;
+    let hello = Hello::decode(&payload)?;
+    let holder = tree::identify(hello.holder_pid).unwrap_or(Identity {
+        pid: hello.holder_pid,
+        start_time: 0,
+    });
+    Ok(Held {
+        stdin: if hello.stdin_open { stdin } else { None },
+        hello,
+        holder,
+        sock,
+    })
+}
+
+/// Holders started ahead of need, each waiting for its spec: `exec` then pays for a message,
+/// not for starting a process (the holder's exec and load are most of that cost).
+#[derive(Debug)]
+pub struct HolderPool {
+    reaper: Arc<Reaper>,
+    idle: std::sync::Mutex<Vec<UnixStream>>,
+    /// Idle holders kept ready.
+    size: usize,
+    /// A refill runs (one at a time, so the pool never grows past `size`).
+    refilling: std::sync::atomic::AtomicBool,
+}
+
+impl HolderPool {
+    /// A pool that keeps `size` idle holders (started by [`HolderPool::refill`]).
+    pub fn new(reaper: Arc<Reaper>, size: usize) -> HolderPool {
+        HolderPool {
+            reaper,
+            idle: std::sync::Mutex::new(Vec::new()),
+            size,
+            refilling: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<UnixStream>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn spawn(&self) -> io::Result<UnixStream> {
+        let (ours, theirs) = UnixStream::pair()?;
+        crate::process::spawn::spawn_holder(&self.reaper, &theirs)?;
+        Ok(ours)
+    }
+
+    /// An idle holder, or a new one when none is ready (a burst of `exec`s).
+    fn take(&self) -> io::Result<UnixStream> {
+        match self.idle().pop() {
+            Some(sock) => Ok(sock),
+            None => self.spawn(),
+        }
+    }
+
+    /// Starts idle holders until `size` are ready (blocking; run off the `exec` path). The
+    /// lock is not held while spawning, and one refill runs at a time (a refill asked for
+    /// meanwhile is covered by the running one's loop, or by the next `exec`'s).
+    pub fn refill(&self) {
+        use std::sync::atomic::Ordering;
+        if self.refilling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        while self.idle().len() < self.size {
+            match self.spawn() {
+                Ok(sock) => self.idle().push(sock),
+                Err(e) => {
+                    tracing::warn!("starting an idle holder failed: {e}");
+                    break;
+                }
+            }
+        }
+        self.refilling.store(false, Ordering::Release);
+    }
+
+    /// Lets every idle holder go (they exit when their socket closes).
+    pub fn drain(&self) {
+        self.idle().clear();
+    }
+}
+
+/// Starts a holder for `spec` (an idle one from `pool` when ready) and waits until it has
+/// started the shell (blocking).
+pub fn start(pool: &HolderPool, spec: &HoldSpec) -> io::Result<Held> {
+    let mut ours = pool.take()?;
+    let sent = ours.write_all(&spec.encode());
+    // A holder that could not start the shell says why (and may have stopped reading first);
+    // one that died without a word leaves the write's error.
+    match greeted(ours) {
+        Ok(held) => sent.map(|()| held),
+        Err(e) => Err(match sent {
+            Err(w) if e.kind() == io::ErrorKind::UnexpectedEof => w,
+            _ => e,
+        }),
+    }
+}
+
+/// Connects to the holder of the process whose directory is `dir`, left by an earlier daemon.
+pub fn attach(dir: &Path) -> io::Result<Held> {
+    let path = dir.join(SOCKET_NAME);
+    let sock = if path.as_os_str().len() < 100 {
+        UnixStream::connect(&path)?
+    } else {
+        // Too long for a socket address: go through the directory's descriptor.
+        let d = std::fs::File::open(dir)?;
+        UnixStream::connect(format!("/proc/self/fd/{}/{SOCKET_NAME}", d.as_raw_fd()))?
+    };
+    greeted(sock)
+}
+
+/// The exit status a holder left in `dir` (it may have exited since).
+pub fn exit_file(dir: &Path) -> Option<ExitNote> {
+    ExitNote::parse_file(&std::fs::read_to_string(dir.join(super::EXIT_FILE)).ok()?)
+}
+
+/// Sends small control frames to a holder; clones share the connection.
+#[derive(Debug, Clone)]
+pub struct HolderControl(Arc<OwnedWriteHalf>);
+
+impl HolderControl {
+    fn send(&self, kind: Kind) {
+        let frame = Encoder::new(kind).finish();
+        // Five bytes into a socket the holder drains: only a dead holder refuses them, and then
+        // there is nothing left to control.
+        if let Err(e) = self.0.try_write(&frame) {
+            tracing::debug!("holder control {kind:?} not sent: {e}");
+        }
+    }
+
+    /// The daemon's `eof`: the holder closes its copy of stdin, so the process sees EOF.
+    pub fn close_stdin(&self) {
+        self.send(Kind::CloseStdin);
+    }
+
+    /// The daemon stopped waiting for output: the holder closes the pipes.
+    pub fn close_output(&self) {
+        self.send(Kind::CloseOutput);
+    }
+}
+
+/// A running link: what the actor waits on.
+#[derive(Debug)]
+pub struct Link {
+    /// Answered when both streams reached EOF, or the holder is gone.
+    pub output_done: oneshot::Receiver<()>,
+    /// The shell's exit; dropped unanswered when the holder vanished without telling it.
+    pub exit: oneshot::Receiver<ExitHow>,
+    /// Controls for the holder.
+    pub control: HolderControl,
+}
+
+impl Link {
+    /// Starts the task that reads `held`'s frames into `log` (on the current runtime). `eof` and
+    /// `exit` are what the holder had already said (a re-adopted process).
+    pub fn run(sock: UnixStream, log: Arc<OutputLog>, hello: &Hello) -> io::Result<Link> {
+        sock.set_nonblocking(true)?;
+        let (read, write) = tokio::net::UnixStream::from_std(sock)?.into_split();
+        let control = HolderControl(Arc::new(write));
+        let (done_tx, output_done) = oneshot::channel();
+        let (exit_tx, exit) = oneshot::channel();
+        let mut exit_tx = Some(exit_tx);
+        if let Some(note) = hello.exit
+            && let Some(tx) = exit_tx.take()
+        {
+            let _ = tx.send(note.how);
+        }
+        tokio::spawn(pump(
+            read,
+            log,
+            hello.eof,
+            done_tx,
+            exit_tx,
+            control.clone(),
+        ));
+        Ok(Link {
+            output_done,
+            exit,
+            control,
+        })
+    }
+}
+
+/// Reads frames until the holder closes the connection.
+async fn pump(
+    read: OwnedReadHalf,
+    log: Arc<OutputLog>,
+    mut eof: u8,
+    done_tx: oneshot::Sender<()>,
+    mut exit_tx: Option<oneshot::Sender<ExitHow>>,
+    // Keeps the write half (and so the connection) open while frames come.
+    _control: HolderControl,
+) {
+    let mut done_tx = Some(done_tx);
+    if eof == 3
+        && let Some(tx) = done_tx.take()
+    {
+        let _ = tx.send(());
+    }
+    let mut read = tokio::io::BufReader::with_capacity(128 * 1024, read);
+    let mut body = Vec::new();
+    loop {
+        let mut head = [0u8; 4];
+        if read.read_exact(&mut head).await.is_err() {
+            break;
+        }
+        let len = u32::from_le_bytes(head) as usize;
+        if len == 0 || len > super::MAX_FRAME {
+            tracing::warn!("holder sent a frame of {len} bytes; dropping the connection");
+            break;
+        }
+        body.resize(len, 0);
+        if read.read_exact(&mut body).await.is_err() {
+            break;
+        }
+        let payload = &body[1..];
+        match Kind::from_byte(body[0]) {
+            Some(Kind::Output) => {
+                if let Some((&s, data)) = payload.split_first()
+                    && let Ok(stream) = stream_of(s)
+                {
+                    log.append(stream, data);
+                }
+            }
+            Some(Kind::Eof) => {
+                if let Some(&s) = payload.first() {
+                    eof |= s & 3;
+                }
+                if eof == 3
+                    && let Some(tx) = done_tx.take()
+                {
+                    let _ = tx.send(());
+                }
+            }
+            Some(Kind::Exit) => {
+                if let Ok(Some(note)) = ExitNote::decode(payload)
+                    && let Some(tx) = exit_tx.take()
+                {
+                    let _ = tx.send(note.how);
+                }
+            }
+            Some(Kind::Health) => {
+                let mut d = super::Decoder::new(payload);
+                if let Ok(lost) = d.u64() {
+                    let why = String::from_utf8_lossy(d.rest()).into_owned();
+                    log.set_held_health(lost, (!why.is_empty()).then_some(why));
+                }
+            }
+            _ => {}
+        }
+        // A flood's frame buffer is not kept by a quiet process.
+        if body.capacity() > 256 * 1024 {
+            body = Vec::new();
+        }
+    }
+    // The holder is gone: the output is as complete as it will get; an exit it never told is
+    // dropped unanswered (the actor takes that as the holder's death).
+    drop(exit_tx);
+    if let Some(tx) = done_tx.take() {
+        let _ = tx.send(());
+    }
+}

@@ -1,0 +1,614 @@
+//! Per-process holders: what keeps a managed process (and its output) alive through a daemon
+//! crash or restart (DESIGN §10; the conmon / containerd-shim pattern).
+//!
+//! A holder is `yieldshelld hold`, a mode of the daemon's own binary dispatched before any
+//! runtime exists ([`serve`]: plain std + nix + `poll`, one thread). For one managed process it
+//! is the shell's parent and the child subreaper of its tree, owns the stdout/stderr pipes,
+//! redacts, writes every byte to the process's spool *before* passing it on (the spool is the
+//! source of truth, the daemon's ring a cache of it), keeps a copy of the stdin pipe, records
+//! the exit status in `<process dir>/exit`, and serves the daemon over a private socket. It
+//! lives in its own session, so a signal to the daemon's group never reaches it, and it outlives
+//! the daemon: a new daemon connects to `<process dir>/holder.sock` and carries on
+//! ([`link::attach`]).
+//!
+//! The wire between daemon and holder is a stream of frames, `[u32 LE length][kind][payload]`
+//! (length counts the kind byte and the payload). The holder's first frame on every connection is
+//! [`Hello`], sent with the stdin pipe's write end (SCM_RIGHTS) while stdin is open.
+
+pub mod link;
+pub mod serve;
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use crate::output::Stream;
+use crate::process::reaper::ExitHow;
+
+/// Argument that turns `yieldshelld` into a holder (`yieldshelld hold`).
+pub const HOLD_ARG: &str = "hold";
+/// The descriptor a new holder finds its first daemon connection on.
+pub const HOLDER_FD: RawFd = 3;
+/// The holder's socket, inside the process directory.
+pub const SOCKET_NAME: &str = "holder.sock";
+/// The exit status a holder records, inside the process directory.
+pub const EXIT_FILE: &str = "exit";
+/// Largest frame either side accepts: a spec carries a command line and an environment of up
+/// to the daemon's 16 MiB request limit each; an output frame is at most one pipe read.
+const MAX_FRAME: usize = 40 * 1024 * 1024;
+
+/// Frame kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// daemon → new holder: what to run ([`HoldSpec`]).
+    Spec = 1,
+    /// holder → daemon: first frame on each connection ([`Hello`]), stdin's fd attached.
+    Hello = 2,
+    /// holder → daemon: the spawn failed (UTF-8 message).
+    Failed = 3,
+    /// holder → daemon: `[stream][bytes]`, already redacted and already in the spool.
+    Output = 4,
+    /// holder → daemon: `[stream]` reached EOF.
+    Eof = 5,
+    /// holder → daemon: the shell ended ([`ExitNote`]).
+    Exit = 6,
+    /// holder → daemon: `[u64 dropped][failing message]` of the spool.
+    Health = 7,
+    /// daemon → holder: close your copy of stdin (the daemon's `eof`).
+    CloseStdin = 8,
+    /// daemon → holder: stop reading output (the daemon's reader cutoff after a stop).
+    CloseOutput = 9,
+}
+
+impl Kind {
+    fn from_byte(b: u8) -> Option<Kind> {
+        Some(match b {
+            1 => Kind::Spec,
+            2 => Kind::Hello,
+            3 => Kind::Failed,
+            4 => Kind::Output,
+            5 => Kind::Eof,
+            6 => Kind::Exit,
+            7 => Kind::Health,
+            8 => Kind::CloseStdin,
+            9 => Kind::CloseOutput,
+            _ => return None,
+        })
+    }
+}
+
+/// Builds a frame's payload.
+#[derive(Debug, Default)]
+pub struct Encoder(Vec<u8>);
+
+impl Encoder {
+    /// A frame of `kind` (the length is filled in by [`Encoder::finish`]).
+    pub fn new(kind: Kind) -> Encoder {
+        let mut v = Vec::with_capacity(64);
+        v.extend_from_slice(&[0, 0, 0, 0, kind as u8]);
+        Encoder(v)
+    }
+
+    /// A byte.
+    pub fn u8(mut self, v: u8) -> Self {
+        self.0.push(v);
+        self
+    }
+
+    /// A little-endian u64.
+    pub fn u64(mut self, v: u64) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+
+    /// A little-endian i64.
+    pub fn i64(self, v: i64) -> Self {
+        self.u64(v as u64)
+    }
+
+    /// Length-prefixed bytes.
+    pub fn bytes(mut self, v: &[u8]) -> Self {
+        self.0.extend_from_slice(&(v.len() as u64).to_le_bytes());
+        self.0.extend_from_slice(v);
+        self
+    }
+
+    /// Bytes to the end of the frame (no prefix).
+    pub fn rest(mut self, v: &[u8]) -> Self {
+        self.0.extend_from_slice(v);
+        self
+    }
+
+    /// The complete frame.
+    pub fn finish(mut self) -> Vec<u8> {
+        let len = u32::try_from(self.0.len() - 4).unwrap_or(u32::MAX);
+        self.0[..4].copy_from_slice(&len.to_le_bytes());
+        self.0
+    }
+}
+
+/// Reads a frame's payload; every getter fails cleanly on a short frame.
+#[derive(Debug)]
+pub struct Decoder<'a>(&'a [u8]);
+
+fn short() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, "short holder frame")
+}
+
+impl<'a> Decoder<'a> {
+    /// Over `payload` (the bytes after the kind).
+    pub fn new(payload: &'a [u8]) -> Decoder<'a> {
+        Decoder(payload)
+    }
+
+    /// A byte.
+    pub fn u8(&mut self) -> io::Result<u8> {
+        let (&b, rest) = self.0.split_first().ok_or_else(short)?;
+        self.0 = rest;
+        Ok(b)
+    }
+
+    /// A little-endian u64.
+    pub fn u64(&mut self) -> io::Result<u64> {
+        if self.0.len() < 8 {
+            return Err(short());
+        }
+        let (head, rest) = self.0.split_at(8);
+        self.0 = rest;
+        let mut b = [0u8; 8];
+        b.copy_from_slice(head);
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// A little-endian i64.
+    pub fn i64(&mut self) -> io::Result<i64> {
+        self.u64().map(|v| v as i64)
+    }
+
+    /// Length-prefixed bytes.
+    pub fn bytes(&mut self) -> io::Result<&'a [u8]> {
+        let n = usize::try_from(self.u64()?).map_err(|_| short())?;
+        if self.0.len() < n {
+            return Err(short());
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    /// Everything left.
+    pub fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.0)
+    }
+}
+
+/// Splits one frame off the front of `buf`: its kind, its payload, and its total length.
+/// `Ok(None)` when `buf` does not hold a whole frame yet.
+pub fn split_frame(buf: &[u8]) -> io::Result<Option<(Kind, &[u8], usize)>> {
+    if buf.len() < 4 {
+        return Ok(None);
+    }
+    let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    if len == 0 || len > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("holder frame of {len} bytes"),
+        ));
+    }
+    if buf.len() < 4 + len {
+        return Ok(None);
+    }
+    let kind = Kind::from_byte(buf[4])
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unknown holder frame"))?;
+    Ok(Some((kind, &buf[5..4 + len], 4 + len)))
+}
+
+/// Stream byte on the wire.
+pub fn stream_byte(s: Stream) -> u8 {
+    match s {
+        Stream::Stdout => 1,
+        Stream::Stderr => 2,
+    }
+}
+
+/// Stream from its wire byte.
+pub fn stream_of(b: u8) -> io::Result<Stream> {
+    match b {
+        1 => Ok(Stream::Stdout),
+        2 => Ok(Stream::Stderr),
+        _ => Err(io::Error::new(io::ErrorKind::InvalidData, "bad stream")),
+    }
+}
+
+/// What a new holder runs: everything `exec` decided.
+#[derive(Debug, Clone, Default)]
+pub struct HoldSpec {
+    /// The process id (`YIELDSHELL_PROCESS_ID`).
+    pub process_id: String,
+    /// The process directory (spool, exit file, socket).
+    pub dir: Vec<u8>,
+    /// The command line for `sh -c`.
+    pub command: Vec<u8>,
+    /// Resolved working directory.
+    pub cwd: Vec<u8>,
+    /// The complete environment.
+    pub env: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Secrets and their replacements (empty: nothing to redact).
+    pub redact: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Spool cap in bytes (0: no spool).
+    pub spool_cap: u64,
+}
+
+impl HoldSpec {
+    /// The [`Kind::Spec`] frame.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut e = Encoder::new(Kind::Spec)
+            .bytes(self.process_id.as_bytes())
+            .bytes(&self.dir)
+            .bytes(&self.command)
+            .bytes(&self.cwd)
+            .u64(self.spool_cap)
+            .u64(self.env.len() as u64);
+        for (k, v) in &self.env {
+            e = e.bytes(k).bytes(v);
+        }
+        e = e.u64(self.redact.len() as u64);
+        for (s, r) in &self.redact {
+            e = e.bytes(s).bytes(r);
+        }
+        e.finish()
+    }
+
+    /// Reads a [`Kind::Spec`] payload.
+    pub fn decode(payload: &[u8]) -> io::Result<HoldSpec> {
+        let mut d = Decoder::new(payload);
+        let process_id = String::from_utf8_lossy(d.bytes()?).into_owned();
+        let dir = d.bytes()?.to_vec();
+        let command = d.bytes()?.to_vec();
+        let cwd = d.bytes()?.to_vec();
+        let spool_cap = d.u64()?;
+        let pairs = |d: &mut Decoder<'_>| -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+            let n = d.u64()?;
+            let mut v = Vec::new();
+            for _ in 0..n {
+                v.push((d.bytes()?.to_vec(), d.bytes()?.to_vec()));
+            }
+            Ok(v)
+        };
+        let env = pairs(&mut d)?;
+        let redact = pairs(&mut d)?;
+        Ok(HoldSpec {
+            process_id,
+            dir,
+            command,
+            cwd,
+            env,
+            redact,
+            spool_cap,
+        })
+    }
+}
+
+/// How the shell ended, with when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitNote {
+    /// Exit code or signal.
+    pub how: ExitHow,
+    /// Wall-clock end (Unix ms).
+    pub ended_at_ms: i64,
+}
+
+impl ExitNote {
+    fn put(self, e: Encoder) -> Encoder {
+        let (tag, n) = match self.how {
+            ExitHow::Code(c) => (1, c),
+            ExitHow::Signal(s) => (2, s),
+        };
+        e.u8(tag).i64(i64::from(n)).i64(self.ended_at_ms)
+    }
+
+    fn get(d: &mut Decoder<'_>) -> io::Result<Option<ExitNote>> {
+        let tag = d.u8()?;
+        let n = i32::try_from(d.i64()?).map_err(|_| short())?;
+        let ended_at_ms = d.i64()?;
+        Ok(match tag {
+            1 => Some(ExitNote {
+                how: ExitHow::Code(n),
+                ended_at_ms,
+            }),
+            2 => Some(ExitNote {
+                how: ExitHow::Signal(n),
+                ended_at_ms,
+            }),
+            _ => None,
+        })
+    }
+
+    /// The [`Kind::Exit`] frame.
+    pub fn encode(self) -> Vec<u8> {
+        self.put(Encoder::new(Kind::Exit)).finish()
+    }
+
+    /// Reads a [`Kind::Exit`] payload.
+    pub fn decode(payload: &[u8]) -> io::Result<Option<ExitNote>> {
+        Self::get(&mut Decoder::new(payload))
+    }
+
+    /// The text of the exit file (`code 7 1700000000000` / `signal 9 …`).
+    pub fn file_text(self) -> String {
+        match self.how {
+            ExitHow::Code(c) => format!("code {c} {}\n", self.ended_at_ms),
+            ExitHow::Signal(s) => format!("signal {s} {}\n", self.ended_at_ms),
+        }
+    }
+
+    /// Parses the exit file.
+    pub fn parse_file(text: &str) -> Option<ExitNote> {
+        let mut parts = text.split_ascii_whitespace();
+        let kind = parts.next()?;
+        let n: i32 = parts.next()?.parse().ok()?;
+        let ended_at_ms = parts.next()?.parse().ok()?;
+        let how = match kind {
+            "code" => ExitHow::Code(n),
+            "signal" => ExitHow::Signal(n),
+            _ => return None,
+        };
+        Some(ExitNote { how, ended_at_ms })
+    }
+}
+
+/// The holder's account of its process, first frame of every connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// The holder's pid.
+    pub holder_pid: i32,
+    /// The shell's pid and start time.
+    pub shell_pid: i32,
+    /// The shell's start time (clock ticks after boot, 0 where unknown).
+    pub shell_start_time: u64,
+    /// Sequence number of the next output byte: the spool holds every byte before it.
+    pub next_seq: u64,
+    /// How the shell ended, if it has.
+    pub exit: Option<ExitNote>,
+    /// Pipes that reached EOF (or were closed): bit 0 stdout, bit 1 stderr.
+    pub eof: u8,
+    /// Spool bytes not written (disk full) or given up on.
+    pub dropped: u64,
+    /// Whether stdin is open (its write end comes with the frame).
+    pub stdin_open: bool,
+}
+
+impl Hello {
+    /// The [`Kind::Hello`] frame.
+    pub fn encode(&self) -> Vec<u8> {
+        let e = Encoder::new(Kind::Hello)
+            .i64(i64::from(self.holder_pid))
+            .i64(i64::from(self.shell_pid))
+            .u64(self.shell_start_time)
+            .u64(self.next_seq)
+            .u8(self.eof)
+            .u64(self.dropped)
+            .u8(u8::from(self.stdin_open));
+        let e = match self.exit {
+            Some(x) => x.put(e),
+            None => e.u8(0).i64(0).i64(0),
+        };
+        e.finish()
+    }
+
+    /// Reads a [`Kind::Hello`] payload.
+    pub fn decode(payload: &[u8]) -> io::Result<Hello> {
+        let mut d = Decoder::new(payload);
+        let pid = |v: i64| i32::try_from(v).map_err(|_| short());
+        Ok(Hello {
+            holder_pid: pid(d.i64()?)?,
+            shell_pid: pid(d.i64()?)?,
+            shell_start_time: d.u64()?,
+            next_seq: d.u64()?,
+            eof: d.u8()?,
+            dropped: d.u64()?,
+            stdin_open: d.u8()? != 0,
+            exit: ExitNote::get(&mut d)?,
+        })
+    }
+}
+
+/// Sends `frame` with `fd` attached (SCM_RIGHTS on its first bytes). Blocking.
+pub fn send_with_fd(sock: &impl AsRawFd, frame: &[u8], fd: Option<RawFd>) -> io::Result<()> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+    let fds = fd.map(|f| [f]);
+    let cmsgs: Vec<ControlMessage<'_>> = fds
+        .as_ref()
+        .map(|f| ControlMessage::ScmRights(f))
+        .into_iter()
+        .collect();
+    let mut sent = 0;
+    while sent < frame.len() {
+        let iov = [io::IoSlice::new(&frame[sent..])];
+        let cm: &[ControlMessage<'_>] = if sent == 0 { &cmsgs } else { &[] };
+        match sendmsg::<()>(sock.as_raw_fd(), &iov, cm, MsgFlags::MSG_NOSIGNAL, None) {
+            Ok(n) => sent += n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(nix::errno::Errno::EAGAIN) => {
+                // A non-blocking socket with a full buffer: wait until it drains.
+                wait_fd(sock.as_raw_fd(), nix::poll::PollFlags::POLLOUT)?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+fn wait_fd(fd: RawFd, what: nix::poll::PollFlags) -> io::Result<()> {
+    use std::os::fd::BorrowedFd;
+    // SAFETY: `fd` is open for the duration of this call (borrowed from the caller's socket).
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    let mut pfd = [nix::poll::PollFd::new(borrowed, what)];
+    loop {
+        match nix::poll::poll(&mut pfd, nix::poll::PollTimeout::NONE) {
+            Ok(_) => return Ok(()),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Reads one whole frame from a blocking socket, with any descriptor that came with it.
+pub fn recv_frame_with_fd(sock: &impl AsRawFd) -> io::Result<(Kind, Vec<u8>, Option<OwnedFd>)> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    // The length alone first: descriptors arrive with the first byte of what carried them, and
+    // a longer read could run into the next frame.
+    let mut head = [0u8; 4];
+    let mut got = 0;
+    let mut fd = None;
+    let mut space = nix::cmsg_space!([RawFd; 1]);
+    while got < head.len() {
+        let mut iov = [io::IoSliceMut::new(&mut head[got..])];
+        let msg = match recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(m) => m,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        if msg.bytes == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the holder closed the connection",
+            ));
+        }
+        for c in msg.cmsgs()? {
+            if let ControlMessageOwned::ScmRights(fds) = c {
+                for f in fds {
+                    // SAFETY: a descriptor just received is ours alone; extra ones are closed.
+                    let owned = unsafe { OwnedFd::from_raw_fd(f) };
+                    fd.get_or_insert(owned);
+                }
+            }
+        }
+        got += msg.bytes;
+    }
+    let len = u32::from_le_bytes(head) as usize;
+    if len == 0 || len > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("holder frame of {len} bytes"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    read_exact_fd(sock.as_raw_fd(), &mut body)?;
+    let kind = Kind::from_byte(body[0])
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unknown holder frame"))?;
+    body.remove(0);
+    Ok((kind, body, fd))
+}
+
+fn read_exact_fd(fd: RawFd, mut buf: &mut [u8]) -> io::Result<()> {
+    use std::os::fd::BorrowedFd;
+    // SAFETY: `fd` is the caller's open socket for the duration of this call.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    while !buf.is_empty() {
+        match nix::unistd::read(borrowed, buf) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the holder closed the connection",
+                ));
+            }
+            Ok(n) => buf = &mut buf[n..],
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(nix::errno::Errno::EAGAIN) => wait_fd(fd, nix::poll::PollFlags::POLLIN)?,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payload(frame: &[u8]) -> (Kind, Vec<u8>) {
+        let (kind, payload, len) = split_frame(frame).expect("frame").expect("whole");
+        assert_eq!(len, frame.len());
+        (kind, payload.to_vec())
+    }
+
+    #[test]
+    fn a_spec_survives_the_wire_with_arbitrary_bytes() {
+        let spec = HoldSpec {
+            process_id: "proc_0123".into(),
+            dir: b"/state/procs/proc_0123".to_vec(),
+            command: b"printf '\\xff'; exit 7".to_vec(),
+            cwd: vec![b'/', 0xff, b'x'],
+            env: vec![(b"A".to_vec(), vec![0xfe, b'='])],
+            redact: vec![(b"hunter2hunter2".to_vec(), b"[REDACTED:PW]".to_vec())],
+            spool_cap: 64 << 20,
+        };
+        let (kind, body) = payload(&spec.encode());
+        assert_eq!(kind, Kind::Spec);
+        let back = HoldSpec::decode(&body).expect("decode");
+        assert_eq!(back.command, spec.command);
+        assert_eq!(back.cwd, spec.cwd);
+        assert_eq!(back.env, spec.env);
+        assert_eq!(back.redact, spec.redact);
+        assert_eq!(back.spool_cap, spec.spool_cap);
+    }
+
+    #[test]
+    fn a_hello_carries_exit_eof_and_stdin_state() {
+        let hello = Hello {
+            holder_pid: 10,
+            shell_pid: 11,
+            shell_start_time: 12345,
+            next_seq: 1 << 40,
+            exit: Some(ExitNote {
+                how: ExitHow::Signal(9),
+                ended_at_ms: 1_700_000_000_000,
+            }),
+            eof: 3,
+            dropped: 5,
+            stdin_open: false,
+        };
+        let (kind, body) = payload(&hello.encode());
+        assert_eq!(kind, Kind::Hello);
+        assert_eq!(Hello::decode(&body).expect("decode"), hello);
+        let running = Hello {
+            exit: None,
+            ..hello
+        };
+        let (_, body) = payload(&running.encode());
+        assert_eq!(Hello::decode(&body).expect("decode").exit, None);
+    }
+
+    #[test]
+    fn a_partial_or_oversized_frame_is_not_taken_for_a_whole_one() {
+        let frame = ExitNote {
+            how: ExitHow::Code(7),
+            ended_at_ms: 1,
+        }
+        .encode();
+        assert!(
+            split_frame(&frame[..frame.len() - 1])
+                .expect("ok")
+                .is_none()
+        );
+        assert!(split_frame(&[0xff, 0xff, 0xff, 0x7f, 6]).is_err());
+        assert!(Hello::decode(&[1, 2, 3]).is_err());
+    }
+
+    #[test]
+    fn the_exit_file_reads_back() {
+        for how in [ExitHow::Code(7), ExitHow::Signal(15)] {
+            let note = ExitNote {
+                how,
+                ended_at_ms: 1_700_000_000_123,
+            };
+            assert_eq!(ExitNote::parse_file(&note.file_text()), Some(note));
+        }
+        assert_eq!(ExitNote::parse_file("code seven 1"), None);
+    }
+}

@@ -1,0 +1,596 @@
+//! The holder process (`yieldshelld hold`): one thread, `poll`, no runtime.
+//!
+//! It reads its [`HoldSpec`] from descriptor 3 (a socket the daemon kept the other end of),
+//! becomes the child subreaper of what it starts, binds `holder.sock` in the process directory,
+//! spawns the shell, and answers with [`Hello`] (with stdin's write end). Then, until the tree
+//! is gone, the pipes are at EOF and the daemon has every frame:
+//! - each pipe read is redacted, written to the spool, and only then queued for the daemon, so
+//!   the spool always holds at least what the daemon's ring does;
+//! - every child is reaped at once (SIGCHLD through a signalfd); the shell's status goes to the
+//!   exit file first, then to the daemon;
+//! - a daemon that connects anew (after a crash or restart) replaces the old connection and gets
+//!   a fresh [`Hello`]; while no daemon is connected the holder only writes the spool.
+//!
+//! Writes to the daemon never block the holder: frames queue in memory, and above
+//! [`BACKLOG_LIMIT`] the pipes are simply not read until the daemon catches up (the process
+//! then waits on a full pipe, as it would for a slow reader).
+
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+use super::{
+    EXIT_FILE, ExitNote, HOLDER_FD, Hello, HoldSpec, Kind, SOCKET_NAME, recv_frame_with_fd,
+    send_with_fd, split_frame, stream_byte,
+};
+use crate::output::Stream;
+use crate::output::spool::{SpoolBuffer, SpoolFiles};
+use crate::policy::redact::{RedactStream, Redactor};
+use crate::process::reaper::ExitHow;
+use crate::process::spawn::{SpawnSpec, spawn_shell};
+use crate::process::tree::{self, Identity};
+
+/// Queued bytes for the daemon above which the pipes are not read.
+const BACKLOG_LIMIT: usize = 1 << 20;
+/// Size of one pipe read (and so of one output frame at most).
+const READ_BYTES: usize = 64 * 1024;
+
+/// Runs a holder; the process exits with the returned code.
+pub fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(_) => std::process::ExitCode::FAILURE,
+    }
+}
+
+fn run() -> io::Result<()> {
+    // SAFETY: descriptor 3 was set up by the daemon's spawn for us alone.
+    let first = UnixStream::from(unsafe { OwnedFd::from_raw_fd(HOLDER_FD) });
+    // dup2 cleared close-on-exec: the shell must not inherit the daemon's connection.
+    nix::fcntl::fcntl(
+        &first,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+    )?;
+    detach_stdio();
+    // The exit file and the socket are the user's alone.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+    let (kind, payload, _) = recv_frame_with_fd(&first)?;
+    if kind != Kind::Spec {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "expected a spec",
+        ));
+    }
+    let spec = HoldSpec::decode(&payload)?;
+    drop(payload);
+    prepare_signals()?;
+    let dir = PathBuf::from(std::ffi::OsStr::from_bytes(&spec.dir));
+    std::env::set_current_dir(&dir)?;
+    // Everything the holder needs is ready before the shell starts: from then on the process
+    // runs, and the sooner the daemon hears of it the better.
+    let redactor = Redactor::from_pairs(spec.redact);
+    let spool = (spec.spool_cap > 0)
+        .then(|| (SpoolBuffer::new(), SpoolFiles::create(&dir, spec.spool_cap)));
+    let signals = signal_fd()?;
+    let shell_spec = SpawnSpec {
+        command: spec.command.clone(),
+        cwd: PathBuf::from(std::ffi::OsStr::from_bytes(&spec.cwd)),
+        env: spec
+            .env
+            .iter()
+            .map(|(k, v)| {
+                (
+                    std::ffi::OsStr::from_bytes(k).to_os_string(),
+                    std::ffi::OsStr::from_bytes(v).to_os_string(),
+                )
+            })
+            .collect(),
+        process_id: spec.process_id.clone(),
+    };
+    let shell = match spawn_shell(&shell_spec) {
+        Ok(s) => s,
+        Err(e) => {
+            let frame = super::Encoder::new(Kind::Failed)
+                .rest(e.to_string().as_bytes())
+                .finish();
+            let _ = send_with_fd(&first, &frame, None);
+            return Err(e);
+        }
+    };
+    drop(shell_spec);
+    let identity = tree::identify(shell.pid).unwrap_or(Identity {
+        pid: shell.pid,
+        start_time: 0,
+    });
+    let mut h = Holder {
+        shell: identity,
+        holder_pid: std::process::id() as i32,
+        stdin: Some(shell.stdin),
+        pipes: [Some(shell.stdout), Some(shell.stderr)],
+        redact: [
+            redactor.clone().map(RedactStream::new),
+            redactor.map(RedactStream::new),
+        ],
+        spool,
+        next_seq: 1,
+        exit: None,
+        children: true,
+        conn: None,
+        listener: None,
+        exit_written: false,
+        signals,
+        reported_health: 0,
+    };
+    h.connect(first)?;
+    // Only now the socket for later daemons: creating it costs a file-system operation that
+    // would otherwise delay the first daemon's answer. It is bound relative to the process
+    // directory, so a long state-dir path never hits the ~107-byte limit of socket addresses.
+    let _ = std::fs::remove_file(SOCKET_NAME);
+    let listener = UnixListener::bind(SOCKET_NAME)?;
+    listener.set_nonblocking(true)?;
+    h.listener = Some(listener);
+    h.serve();
+    if let Some((_, files)) = h.spool.as_mut() {
+        files.finish();
+    }
+    let _ = std::fs::remove_file(SOCKET_NAME);
+    Ok(())
+}
+
+/// Points descriptors 0–2 at /dev/null: the holder must not keep the daemon's terminal or the
+/// pipes of whoever started the daemon open for as long as its process runs.
+fn detach_stdio() {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        for fd in 0..3 {
+            // SAFETY: dup2 onto the standard descriptors, which nothing else here uses.
+            unsafe {
+                libc::dup2(null.as_raw_fd(), fd);
+            }
+        }
+    }
+}
+
+/// SIGPIPE ignored (a vanished daemon is an error value, never a death), SIGCHLD blocked for the
+/// signalfd. The shell gets an empty mask and default dispositions from its spawn.
+fn prepare_signals() -> io::Result<()> {
+    use nix::sys::signal::{SigHandler, SigSet, SigmaskHow, Signal, signal, sigprocmask};
+    // SAFETY: SIG_IGN installs no handler code.
+    unsafe { signal(Signal::SIGPIPE, SigHandler::SigIgn) }?;
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGCHLD);
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&set), None)?;
+    #[cfg(target_os = "linux")]
+    nix::sys::prctl::set_child_subreaper(true)?;
+    Ok(())
+}
+
+#[cfg(target_os = "linux")]
+type Signals = nix::sys::signalfd::SignalFd;
+
+#[cfg(target_os = "linux")]
+fn signal_fd() -> io::Result<Signals> {
+    use nix::sys::signal::{SigSet, Signal};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGCHLD);
+    Ok(SignalFd::with_flags(
+        &set,
+        SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC,
+    )?)
+}
+
+/// Without signalfd the loop polls for exits on a short timer instead.
+#[cfg(not(target_os = "linux"))]
+type Signals = ();
+
+#[cfg(not(target_os = "linux"))]
+fn signal_fd() -> io::Result<Signals> {
+    Ok(())
+}
+
+/// A connected daemon.
+struct Conn {
+    sock: UnixStream,
+    /// Frames not yet written, from `sent` on.
+    out: Vec<u8>,
+    sent: usize,
+    /// Bytes read from the daemon, not yet a whole frame.
+    inbuf: Vec<u8>,
+}
+
+impl Conn {
+    fn backlog(&self) -> usize {
+        self.out.len() - self.sent
+    }
+}
+
+struct Holder {
+    shell: Identity,
+    holder_pid: i32,
+    /// The holder's copy of stdin's write end: it keeps stdin open while no daemon runs.
+    stdin: Option<OwnedFd>,
+    /// stdout, stderr; `None` at EOF.
+    pipes: [Option<OwnedFd>; 2],
+    redact: [Option<RedactStream>; 2],
+    spool: Option<(SpoolBuffer, SpoolFiles)>,
+    next_seq: u64,
+    exit: Option<ExitNote>,
+    /// Something may still be ours to reap (false once `waitpid` says ECHILD).
+    children: bool,
+    conn: Option<Conn>,
+    /// Where later daemons connect (bound right after the first daemon was greeted).
+    listener: Option<UnixListener>,
+    /// The exit file is written (after the frames that a waiting `exec` needs).
+    exit_written: bool,
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    signals: Signals,
+    /// Spool bytes lost as last told to the daemon.
+    reported_health: u64,
+}
+
+const STREAMS: [Stream; 2] = [Stream::Stdout, Stream::Stderr];
+
+impl Holder {
+    fn done(&self) -> bool {
+        self.exit.is_some()
+            && self.pipes.iter().all(Option::is_none)
+            && !self.children
+            && self.conn.as_ref().is_none_or(|c| c.backlog() == 0)
+    }
+
+    fn hello(&self) -> Hello {
+        Hello {
+            holder_pid: self.holder_pid,
+            shell_pid: self.shell.pid,
+            shell_start_time: self.shell.start_time,
+            next_seq: self.next_seq,
+            exit: self.exit,
+            eof: u8::from(self.pipes[0].is_none()) | (u8::from(self.pipes[1].is_none()) << 1),
+            dropped: self.spool_lost(),
+            stdin_open: self.stdin.is_some(),
+        }
+    }
+
+    /// Makes `sock` the daemon's connection (replacing any older one, whose daemon is gone) and
+    /// greets it. Everything queued for the old one is in the spool already.
+    fn connect(&mut self, sock: UnixStream) -> io::Result<()> {
+        sock.set_nonblocking(true)?;
+        let stdin = self.stdin.as_ref().map(AsRawFd::as_raw_fd);
+        send_with_fd(&sock, &self.hello().encode(), stdin)?;
+        self.conn = Some(Conn {
+            sock,
+            out: Vec::new(),
+            sent: 0,
+            inbuf: Vec::new(),
+        });
+        Ok(())
+    }
+
+    fn serve(&mut self) {
+        let mut buf = vec![0u8; READ_BYTES];
+        while !self.done() {
+            fn readable(fd: &impl AsFd) -> PollFd<'_> {
+                PollFd::new(fd.as_fd(), PollFlags::POLLIN)
+            }
+            let reading = self
+                .conn
+                .as_ref()
+                .is_none_or(|c| c.backlog() < BACKLOG_LIMIT);
+            let mut fds = Vec::with_capacity(5);
+            #[cfg(target_os = "linux")]
+            fds.push(readable(&self.signals));
+            let listener_at = self.listener.as_ref().map(|l| {
+                fds.push(readable(l));
+                fds.len() - 1
+            });
+            let conn_at = self.conn.as_ref().map(|c| {
+                let mut flags = PollFlags::POLLIN;
+                if c.backlog() > 0 {
+                    flags |= PollFlags::POLLOUT;
+                }
+                fds.push(PollFd::new(c.sock.as_fd(), flags));
+                fds.len() - 1
+            });
+            let mut pipe_at = [None, None];
+            if reading {
+                for (i, p) in self.pipes.iter().enumerate() {
+                    if let Some(p) = p {
+                        fds.push(readable(p));
+                        pipe_at[i] = Some(fds.len() - 1);
+                    }
+                }
+            }
+            // Without a signalfd, exits are looked for every 20 ms.
+            let timeout = if cfg!(target_os = "linux") {
+                PollTimeout::NONE
+            } else {
+                PollTimeout::from(20u8)
+            };
+            match poll(&mut fds, timeout) {
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => {
+                    // Cannot wait: do not spin on an error that will not go away.
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            }
+            let ready = |at: Option<usize>| {
+                at.and_then(|i| fds[i].revents())
+                    .is_some_and(|r| !r.is_empty())
+            };
+            let conn_ready = ready(conn_at);
+            let listener_ready = ready(listener_at);
+            let pipes_ready = [ready(pipe_at[0]), ready(pipe_at[1])];
+            drop(fds);
+            self.drain_signals();
+            self.reap();
+            for (i, r) in pipes_ready.into_iter().enumerate() {
+                if r {
+                    self.read_pipe(i, &mut buf);
+                }
+            }
+            if conn_ready {
+                self.serve_conn();
+            }
+            if listener_ready {
+                self.accept();
+            }
+            self.flush();
+            // After the frames: the file is for a daemon that was not there to get them.
+            if let Some(note) = self.exit
+                && !self.exit_written
+            {
+                self.exit_written = true;
+                write_exit_file(note);
+            }
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    fn drain_signals(&mut self) {
+        while let Ok(Some(_)) = self.signals.read_signal() {}
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn drain_signals(&mut self) {}
+
+    /// Reaps every exited child: the shell's status is recorded (file first, then the daemon);
+    /// adopted orphans are only collected.
+    fn reap(&mut self) {
+        use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+        loop {
+            let (pid, how) = match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) => (pid, ExitHow::Code(code)),
+                Ok(WaitStatus::Signaled(pid, sig, _)) => (pid, ExitHow::Signal(sig as i32)),
+                Ok(WaitStatus::StillAlive) => {
+                    self.children = true;
+                    return;
+                }
+                Ok(_) => continue,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => {
+                    self.children = false;
+                    return;
+                }
+            };
+            if pid.as_raw() == self.shell.pid && self.exit.is_none() {
+                let note = ExitNote {
+                    how,
+                    ended_at_ms: crate::process::unix_ms(std::time::SystemTime::now()),
+                };
+                self.exit = Some(note);
+                // The daemon first (a short command's `exec` waits for it); the exit file, which
+                // only a later daemon reads, once this round's frames are sent.
+                self.queue(&note.encode());
+            }
+        }
+    }
+
+    fn read_pipe(&mut self, i: usize, buf: &mut [u8]) {
+        let Some(p) = self.pipes[i].as_ref() else {
+            return;
+        };
+        match nix::unistd::read(p, buf) {
+            Ok(0) => self.end_pipe(i),
+            Ok(n) => {
+                let stream = STREAMS[i];
+                match self.redact[i].as_mut() {
+                    Some(r) => {
+                        let mut clean = Vec::with_capacity(n);
+                        r.push(&buf[..n], &mut clean);
+                        self.record(stream, &clean);
+                    }
+                    None => self.record(stream, &buf[..n]),
+                }
+            }
+            Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => {}
+            Err(_) => self.end_pipe(i),
+        }
+    }
+
+    /// EOF (or a read error) on pipe `i`: releases what redaction held back, tells the daemon.
+    fn end_pipe(&mut self, i: usize) {
+        self.pipes[i] = None;
+        if let Some(mut r) = self.redact[i].take() {
+            let mut rest = Vec::new();
+            r.finish(&mut rest);
+            self.record(STREAMS[i], &rest);
+        }
+        let frame = super::Encoder::new(Kind::Eof)
+            .u8(stream_byte(STREAMS[i]))
+            .finish();
+        self.queue(&frame);
+    }
+
+    /// Spool first, then the daemon: the spool never lacks a byte the daemon has.
+    fn record(&mut self, stream: Stream, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        if let Some((buffer, files)) = self.spool.as_mut() {
+            buffer.append(stream, data);
+            if let Some(batch) = buffer.take() {
+                files.write(batch);
+            }
+        }
+        self.next_seq += data.len() as u64;
+        if let Some(c) = self.conn.as_mut() {
+            let len = u32::try_from(2 + data.len()).unwrap_or(u32::MAX);
+            c.out.extend_from_slice(&len.to_le_bytes());
+            c.out.push(Kind::Output as u8);
+            c.out.push(stream_byte(stream));
+            c.out.extend_from_slice(data);
+        }
+        let lost = self.spool_lost();
+        if lost != self.reported_health {
+            self.reported_health = lost;
+            let failing = self
+                .spool
+                .as_ref()
+                .and_then(|(_, f)| f.failing.clone())
+                .unwrap_or_default();
+            let frame = super::Encoder::new(Kind::Health)
+                .u64(lost)
+                .rest(failing.as_bytes())
+                .finish();
+            self.queue(&frame);
+        }
+    }
+
+    fn spool_lost(&self) -> u64 {
+        self.spool
+            .as_ref()
+            .map_or(0, |(b, f)| b.discarded + f.dropped)
+    }
+
+    fn queue(&mut self, frame: &[u8]) {
+        if let Some(c) = self.conn.as_mut() {
+            c.out.extend_from_slice(frame);
+        }
+    }
+
+    /// Writes what the socket takes now; a dead connection is dropped (its daemon is gone).
+    fn flush(&mut self) {
+        let Some(c) = self.conn.as_mut() else {
+            return;
+        };
+        while c.sent < c.out.len() {
+            match c.sock.write(&c.out[c.sent..]) {
+                Ok(0) => {
+                    self.conn = None;
+                    return;
+                }
+                Ok(n) => c.sent += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    self.conn = None;
+                    return;
+                }
+            }
+        }
+        if c.sent == c.out.len() {
+            c.sent = 0;
+            c.out.clear();
+            // A flood's backlog is memory a quiet process should not keep.
+            if c.out.capacity() > 4 * READ_BYTES {
+                c.out.shrink_to(READ_BYTES);
+            }
+        } else if c.sent > c.out.len() / 2 {
+            c.out.drain(..c.sent);
+            c.sent = 0;
+        }
+    }
+
+    /// Frames from the daemon.
+    fn serve_conn(&mut self) {
+        let Some(c) = self.conn.as_mut() else {
+            return;
+        };
+        let mut chunk = [0u8; 256];
+        loop {
+            match c.sock.read(&mut chunk) {
+                Ok(0) => {
+                    self.conn = None;
+                    return;
+                }
+                Ok(n) => c.inbuf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    self.conn = None;
+                    return;
+                }
+            }
+        }
+        let mut kinds = Vec::new();
+        let mut at = 0;
+        loop {
+            match split_frame(&c.inbuf[at..]) {
+                Ok(Some((kind, _, len))) => {
+                    kinds.push(kind);
+                    at += len;
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    self.conn = None;
+                    return;
+                }
+            }
+        }
+        c.inbuf.drain(..at);
+        for kind in kinds {
+            match kind {
+                Kind::CloseStdin => self.stdin = None,
+                Kind::CloseOutput => {
+                    // The daemon stopped waiting for this output (its reader cutoff): whatever
+                    // still holds the pipes gets EPIPE, as it did when the daemon read them.
+                    self.pipes = [None, None];
+                    self.redact = [None, None];
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn accept(&mut self) {
+        let Some(listener) = self.listener.as_ref() else {
+            return;
+        };
+        let mut accepted = Vec::new();
+        loop {
+            match listener.accept() {
+                Ok((sock, _)) => accepted.push(sock),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        // The newest daemon wins (the instance lock lets only one run at a time).
+        for sock in accepted {
+            if self.connect(sock).is_err() {
+                self.conn = None;
+            }
+        }
+    }
+}
+
+/// Records the exit status where a daemon that was not there to see it finds it (atomically:
+/// written aside, then renamed).
+fn write_exit_file(note: ExitNote) {
+    let tmp = format!("{EXIT_FILE}.tmp");
+    // No fsync: this guards against the daemon's death, not the machine's, and an fsync would
+    // add milliseconds to every short command's `exec`.
+    let written =
+        std::fs::File::create(&tmp).and_then(|mut f| f.write_all(note.file_text().as_bytes()));
+    if written.is_ok() {
+        let _ = std::fs::rename(&tmp, EXIT_FILE);
+    }
+}
