@@ -137,11 +137,39 @@ pub fn spawn(reaper: &Reaper, spec: &SpawnSpec) -> io::Result<Spawned> {
 
 type Started = (i32, OwnedFd, OwnedFd, OwnedFd, oneshot::Receiver<ExitHow>);
 
+/// glibc's `posix_spawn_file_actions_addchdir_np`.
+#[cfg(target_os = "linux")]
+type AddChdir =
+    unsafe extern "C" fn(*mut libc::posix_spawn_file_actions_t, *const libc::c_char) -> libc::c_int;
+
+/// `posix_spawn_file_actions_addchdir_np` if this glibc has it (2.29 and newer), looked up at
+/// run time rather than linked: the release binaries link against glibc 2.28 (manylinux_2_28),
+/// where it is missing and [`start`] falls back to `fork`. Rust's std does the same.
+#[cfg(target_os = "linux")]
+fn addchdir_np() -> Option<AddChdir> {
+    static FOUND: std::sync::OnceLock<Option<AddChdir>> = std::sync::OnceLock::new();
+    *FOUND.get_or_init(|| {
+        // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only reads; a non-null
+        // result is this function, whose C signature is `AddChdir`.
+        unsafe {
+            let f = libc::dlsym(
+                libc::RTLD_DEFAULT,
+                c"posix_spawn_file_actions_addchdir_np".as_ptr(),
+            );
+            (!f.is_null()).then(|| std::mem::transmute::<*mut libc::c_void, AddChdir>(f))
+        }
+    })
+}
+
 #[cfg(target_os = "linux")]
 fn start(reaper: &Reaper, spec: &SpawnSpec) -> io::Result<Started> {
     use std::ffi::CString;
     use std::os::fd::AsRawFd;
     use std::os::unix::ffi::{OsStrExt, OsStringExt};
+
+    let Some(addchdir) = addchdir_np() else {
+        return start_forked(reaper, spec);
+    };
 
     let cstring = |b: Vec<u8>, what: &str| {
         CString::new(b).map_err(|_| {
@@ -232,10 +260,7 @@ fn start(reaper: &Reaper, spec: &SpawnSpec) -> io::Result<Started> {
                 stderr_w.as_raw_fd(),
                 2,
             ))?;
-            check(libc::posix_spawn_file_actions_addchdir_np(
-                actions,
-                cwd.as_ptr(),
-            ))?;
+            check(addchdir(actions, cwd.as_ptr()))?;
             let mut pid: libc::pid_t = 0;
             check(libc::posix_spawn(
                 &mut pid,
@@ -313,6 +338,12 @@ impl Drop for FileActions {
 
 #[cfg(not(target_os = "linux"))]
 fn start(reaper: &Reaper, spec: &SpawnSpec) -> io::Result<Started> {
+    start_forked(reaper, spec)
+}
+
+/// `fork` + `exec` through std: the path where `posix_spawn` cannot chdir (not Linux, or a
+/// glibc older than 2.29).
+fn start_forked(reaper: &Reaper, spec: &SpawnSpec) -> io::Result<Started> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
@@ -344,4 +375,14 @@ fn start(reaper: &Reaper, spec: &SpawnSpec) -> io::Result<Started> {
     let stderr = take(child.stderr.take().map(OwnedFd::from))?;
     // `child` is dropped without waiting: std never reaps on drop, the reaper does.
     Ok((pid, stdin, stdout, stderr, exit))
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    /// This glibc (2.29 or newer) has `posix_spawn_file_actions_addchdir_np`: the run-time
+    /// lookup must find it, or every spawn would silently take the slower `fork` path.
+    #[test]
+    fn the_spawn_chdir_action_is_found_at_run_time() {
+        assert!(super::addchdir_np().is_some());
+    }
 }
