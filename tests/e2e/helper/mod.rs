@@ -9,6 +9,7 @@
 mod binaries;
 mod client;
 mod fixture;
+mod installs;
 mod load;
 mod poll;
 mod prerequisites;
@@ -23,6 +24,10 @@ pub use binaries::{bin, json, run, testbin};
 pub use client::{Client, exec_req};
 #[allow(unused_imports)]
 pub use fixture::TestDaemon;
+#[allow(unused_imports)]
+pub use installs::{
+    SYSTEM_PATH, installed_shim_command, place_binaries, serve_one_exec, started_daemon_exe,
+};
 #[allow(unused_imports)]
 pub use load::{heavy, heavy_lock, size};
 #[allow(unused_imports)]
