@@ -10,8 +10,8 @@
 #
 # The Linux binaries are linked by zig against glibc 2.28 (manylinux_2_28), so they run on any
 # glibc-based distribution from 2018 on, whatever this machine's glibc is; the script refuses a
-# binary that needs a newer symbol. The tools (maturin, ziglang, cargo-zigbuild) come from PyPI
-# into a venv under the target directory, pinned, so two runs use the same ones.
+# binary that needs a newer symbol. The tools (maturin, ziglang) come from PyPI into a venv under
+# the target directory, pinned, so two runs use the same ones.
 #
 # Environment:
 #   YIELDSHELL_DIST_PROFILE  cargo profile: `dist` (default; fat LTO, what is published) or
@@ -45,7 +45,7 @@ echo "== YieldShell $version for $triple (profile $profile, glibc $glibc)"
 
 # -- tools ------------------------------------------------------------------------------------
 # Pinned so a rebuild uses the same linker and packager; bump them deliberately.
-tool_pins=(maturin==1.16.0 ziglang==0.17.1 cargo-zigbuild==0.24.1)
+tool_pins=(maturin==1.16.0 ziglang==0.17.1)
 if ! "$tools/bin/python" -m pip show --quiet "${tool_pins[@]%%==*}" >/dev/null 2>&1 ||
     [[ $(cat "$tools/pins" 2>/dev/null) != "${tool_pins[*]}" ]]; then
     echo "== installing ${tool_pins[*]} into $tools"
@@ -54,18 +54,31 @@ if ! "$tools/bin/python" -m pip show --quiet "${tool_pins[@]%%==*}" >/dev/null 2
     "$tools/bin/python" -m pip install --quiet --disable-pip-version-check "${tool_pins[@]}"
     echo "${tool_pins[*]}" >"$tools/pins"
 fi
-# cargo-zigbuild and maturin find zig as `python3 -m ziglang` through the venv's python.
+# maturin finds zig as `python3 -m ziglang` through the venv's python.
 export PATH=$tools/bin:$PATH
 
 rm -rf "$dist" "$work"
 mkdir -p "$dist" "$work"
 
+# Every binary is built by `maturin --zig`, which links against the glibc of the manylinux tag.
+# One linker for all three matters: cargo fingerprints the linker, so building the daemon with
+# cargo-zigbuild and the shim with maturin (each with its own zig wrapper) would rebuild every
+# shared dependency on each switch.
+zig_build() { # wheel directory, then maturin's other arguments
+    local out=$1
+    shift
+    maturin build --locked --profile "$profile" --target "$triple" --zig \
+        --compatibility "manylinux_${glibc/./_}" --out "$out" "$@"
+}
+
 # -- binaries ---------------------------------------------------------------------------------
-# The daemon and the CLI here; maturin builds the shim below (into the same directory), so each
-# binary is compiled once.
+# The daemon and the CLI first, as throwaway wheels (only their binaries are used); maturin
+# builds the shim below, into the same target directory.
 echo "== building yieldshelld and yieldctl"
-cargo zigbuild --locked --profile "$profile" --target "$triple.$glibc" \
-    -p yieldshelld -p yieldctl
+mkdir -p "$work/bins"
+for crate in daemon cli; do
+    (cd "$work/bins" && zig_build . --bindings bin --manifest-path "$root/$crate/Cargo.toml")
+done
 
 # -- wheel ------------------------------------------------------------------------------------
 echo "== building the wheel (maturin, mcp-yieldshell)"
@@ -75,8 +88,8 @@ install -m 0755 "$bin_dir/yieldshelld" "$bin_dir/yieldctl" "$py/data/scripts/"
 sed -e "s|@MANIFEST@|$root/shim/Cargo.toml|" -e "s|@DATA@|$py/data|" \
     packaging/python/pyproject.toml >"$py/pyproject.toml"
 cp README.md "$py/"
-(cd "$py" && maturin build --locked --profile "$profile" --target "$triple" --zig \
-    --compatibility "manylinux_${glibc/./_}" --out "$dist")
+# From the staged pyproject.toml, which names the shim's manifest and the data directory.
+(cd "$py" && zig_build "$dist")
 
 # -- glibc check ------------------------------------------------------------------------------
 newest_glibc() {
