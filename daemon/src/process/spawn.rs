@@ -379,10 +379,43 @@ fn start_forked(reaper: &Reaper, spec: &SpawnSpec) -> io::Result<Started> {
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
+    use super::*;
+    use std::io::Read;
+
     /// This glibc (2.29 or newer) has `posix_spawn_file_actions_addchdir_np`: the run-time
     /// lookup must find it, or every spawn would silently take the slower `fork` path.
     #[test]
     fn the_spawn_chdir_action_is_found_at_run_time() {
-        assert!(super::addchdir_np().is_some());
+        assert!(addchdir_np().is_some());
+    }
+
+    /// What a command started by `how` prints about its cwd, environment and stdin.
+    async fn observed(how: fn(&Reaper, &SpawnSpec) -> io::Result<Started>) -> String {
+        let reaper = Reaper::start().expect("reaper");
+        let spec = SpawnSpec {
+            command: b"pwd; echo \"$YIELDSHELL_PROCESS_ID $ONLY\"; cat".to_vec(),
+            cwd: std::env::temp_dir(),
+            env: vec![
+                ("PATH".into(), "/usr/bin:/bin".into()),
+                ("ONLY".into(), "this".into()),
+            ],
+            process_id: "proc_fallback".into(),
+        };
+        let (_pid, stdin, stdout, _stderr, exit) = how(&reaper, &spec).expect("spawn");
+        drop(stdin); // `cat` sees end of input at once
+        let mut out = String::new();
+        std::fs::File::from(stdout)
+            .read_to_string(&mut out)
+            .expect("read stdout");
+        exit.await.expect("exit reaped");
+        out
+    }
+
+    /// The `fork` fallback (glibc 2.28 takes it) starts commands as `posix_spawn` does.
+    #[tokio::test]
+    async fn the_fork_fallback_starts_the_same_command_the_same_way() {
+        let expected = format!("{}\nproc_fallback this\n", std::env::temp_dir().display());
+        assert_eq!(observed(start).await, expected);
+        assert_eq!(observed(start_forked).await, expected);
     }
 }

@@ -1,5 +1,6 @@
 //! Test fixtures: a real `yieldshelld` in a temp dir, a control-plane client, `yieldctl` runs,
-//! process-identity checks, load sizing, latency summaries and the system tools some tests need.
+//! process-identity checks, load sizing, latency summaries, the system tools some tests need, and
+//! installed layouts of the binaries driven by a real MCP client.
 //! Waits poll against one generous [`TIMEOUT`]; nothing sleeps and hopes.
 //!
 //! Every name is re-exported here, so test modules say `helper::name` whichever file holds it.
