@@ -14,14 +14,14 @@
 # the target directory, pinned, so two runs use the same ones.
 #
 # Environment:
-#   YIELDSHELL_DIST_PROFILE  cargo profile: `dist` (default; fat LTO, what is published) or
+#   YIELDSHELL_DIST_PROFILE  cargo profile: `dist-publish` (default; fat LTO, what is published) or
 #                            `dist-check` (no LTO: what CI builds to check the pipeline)
 #   SOURCE_DATE_EPOCH        timestamp of the tarball's files (default: the last commit's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-profile=${YIELDSHELL_DIST_PROFILE:-dist}
+profile=${YIELDSHELL_DIST_PROFILE:-dist-publish}
 glibc=2.28
 case "$(uname -s)-$(uname -m)" in
     Linux-x86_64) triple=x86_64-unknown-linux-gnu npm_platform=linux-x64 ;;
