@@ -28,7 +28,11 @@ use yieldshell_proto::session_config::{ConfigError, SessionConfig};
 
 /// Run, watch and stop shell commands owned by the YieldShell daemon (yieldshelld).
 #[derive(Debug, Parser)]
-#[command(name = "yieldctl", version, propagate_version = true)]
+#[command(
+    name = "yieldctl",
+    version = yieldshell_proto::VERSION_WITH_PROTOCOL,
+    propagate_version = true
+)]
 pub struct Cli {
     /// Print the JSON object the matching MCP tool returns instead of human output.
     #[arg(long, global = true)]

@@ -10,7 +10,7 @@ use yieldshelld::config::{DaemonConfig, FileConfig};
 /// socket used by mcp-yieldshell and yieldctl. Clients start it on demand; run it by hand (or as
 /// a systemd/launchd service) to keep it in the foreground.
 #[derive(Debug, Parser)]
-#[command(name = "yieldshelld", version)]
+#[command(name = "yieldshelld", version = yieldshell_proto::VERSION_WITH_PROTOCOL)]
 struct Args {
     /// Socket to serve on [default: $YIELDSHELL_SOCKET, else $XDG_RUNTIME_DIR/yieldshell/yieldshelld.sock, else <tmp>/yieldshell-<uid>/yieldshelld.sock]
     #[arg(long)]

@@ -43,3 +43,22 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Control-plane protocol version. Clients and daemons must agree on it; a change here is a
 /// breaking change of `control.proto`.
 pub const PROTOCOL_VERSION: u32 = 1;
+
+/// What every binary's `--version` prints after its name: the workspace version (one for all
+/// three binaries) and the protocol version beside it, so two installs can be compared at a
+/// glance. A literal because clap needs a `&'static str`; a test keeps it equal to
+/// [`PROTOCOL_VERSION`].
+pub const VERSION_WITH_PROTOCOL: &str = concat!(env!("CARGO_PKG_VERSION"), " (protocol 1)");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_printed_version_names_this_protocol() {
+        assert_eq!(
+            VERSION_WITH_PROTOCOL,
+            format!("{VERSION} (protocol {PROTOCOL_VERSION})")
+        );
+    }
+}

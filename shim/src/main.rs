@@ -10,7 +10,7 @@ use yieldshell_proto::session_config::SessionConfig;
 
 /// Stdio MCP server for YieldShell (configured by YIELDSHELL_* variables; see the README).
 #[derive(Debug, Parser)]
-#[command(name = "mcp-yieldshell", version)]
+#[command(name = "mcp-yieldshell", version = yieldshell_proto::VERSION_WITH_PROTOCOL)]
 struct Cli {
     /// Tool set to serve: default (YieldShell's), jobs (MCP Background Job Server) or shell
     /// (mcp-shell-server).

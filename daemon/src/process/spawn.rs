@@ -268,22 +268,89 @@ fn posix_spawn_session(
         for (from, to) in dups {
             check(libc::posix_spawn_file_actions_adddup2(actions, *from, *to))?;
         }
+        // Without the chdir action (glibc before 2.29), the caller changes its own directory
+        // around the spawn; see `InDirectory`.
+        let mut moved = None;
         if let Some(cwd) = cwd {
-            check(libc::posix_spawn_file_actions_addchdir_np(
-                actions,
-                cwd.as_ptr(),
-            ))?;
+            match chdir_action() {
+                Some(addchdir) => check(addchdir(actions, cwd.as_ptr()))?,
+                None => moved = Some(InDirectory::enter(cwd)?),
+            }
         }
         let mut pid: libc::pid_t = 0;
-        check(libc::posix_spawn(
+        let spawned = check(libc::posix_spawn(
             &mut pid,
             program.as_ptr(),
             actions,
             attr,
             argv_ptrs.as_ptr(),
             envp_ptrs.as_ptr(),
-        ))?;
+        ));
+        if let Some(moved) = moved {
+            moved.leave()?;
+        }
+        spawned?;
         Ok(pid)
+    }
+}
+
+/// glibc's `posix_spawn_file_actions_addchdir_np`.
+#[cfg(target_os = "linux")]
+type AddChdir =
+    unsafe extern "C" fn(*mut libc::posix_spawn_file_actions_t, *const libc::c_char) -> libc::c_int;
+
+/// `posix_spawn_file_actions_addchdir_np` if this glibc has it (2.29 and newer), looked up at
+/// run time rather than linked: the release binaries link against glibc 2.28 (manylinux_2_28),
+/// where it is missing and a spawn with a working directory takes [`InDirectory`] instead.
+#[cfg(target_os = "linux")]
+fn addchdir_np() -> Option<AddChdir> {
+    static FOUND: std::sync::OnceLock<Option<AddChdir>> = std::sync::OnceLock::new();
+    *FOUND.get_or_init(|| {
+        // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only reads; a non-null
+        // result is this function, whose C signature is `AddChdir`.
+        unsafe {
+            let f = libc::dlsym(
+                libc::RTLD_DEFAULT,
+                c"posix_spawn_file_actions_addchdir_np".as_ptr(),
+            );
+            (!f.is_null()).then(|| std::mem::transmute::<*mut libc::c_void, AddChdir>(f))
+        }
+    })
+}
+
+/// The chdir spawn action to use: [`addchdir_np`], unless a test forces the fallback.
+#[cfg(target_os = "linux")]
+fn chdir_action() -> Option<AddChdir> {
+    #[cfg(test)]
+    if tests::FORCE_NO_CHDIR_ACTION.load(std::sync::atomic::Ordering::SeqCst) {
+        return None;
+    }
+    addchdir_np()
+}
+
+/// The process's working directory moved to a spawn's `cwd` for the length of the spawn, for a
+/// glibc without the chdir spawn action. The working directory is per process, so this is only
+/// sound in a single-threaded caller: the holder, the only caller that passes a `cwd`
+/// (`spawn_shell`), runs one thread.
+#[cfg(target_os = "linux")]
+struct InDirectory(OwnedFd);
+
+#[cfg(target_os = "linux")]
+impl InDirectory {
+    fn enter(cwd: &CString) -> io::Result<InDirectory> {
+        use nix::fcntl::{OFlag, open};
+        let here = open(
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )?;
+        nix::unistd::chdir(cwd.as_c_str())?;
+        Ok(InDirectory(here))
+    }
+
+    fn leave(self) -> io::Result<()> {
+        nix::unistd::fchdir(&self.0)?;
+        Ok(())
     }
 }
 
@@ -407,4 +474,73 @@ pub fn spawn_holder(reaper: &Reaper, sock: &impl std::os::fd::AsRawFd) -> io::Re
     }
     let (child, _exit) = reaper.spawn(&mut cmd)?;
     Ok(child.id() as i32)
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// Makes spawns take the glibc 2.28 path ([`InDirectory`]) in this process.
+    pub(super) static FORCE_NO_CHDIR_ACTION: AtomicBool = AtomicBool::new(false);
+
+    /// Set in the re-executed test binary that runs [`fallback_child`] alone.
+    const CHILD_VAR: &str = "YIELDSHELL_TEST_SPAWN_FALLBACK_CHILD";
+
+    /// This glibc (2.29 or newer) has the chdir spawn action: the run-time lookup must find it,
+    /// or every spawn with a working directory would take the fallback.
+    #[test]
+    fn the_spawn_chdir_action_is_found_at_run_time() {
+        assert!(addchdir_np().is_some());
+    }
+
+    /// The glibc 2.28 fallback moves the process's own directory, which only a single-threaded
+    /// process may do: the test binary runs [`fallback_child`] again, alone, in a child.
+    #[test]
+    fn without_the_chdir_action_the_shell_still_starts_in_its_directory() {
+        let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "--ignored",
+                "process::spawn::tests::fallback_child",
+                "--test-threads=1",
+                "--nocapture",
+            ])
+            .env(CHILD_VAR, "1")
+            .output()
+            .expect("run the test binary");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains("fallback ok"), "{stdout}");
+    }
+
+    /// The child half of the test above, which runs it.
+    #[test]
+    #[ignore = "the child half of without_the_chdir_action_the_shell_still_starts_in_its_directory, which runs it alone"]
+    fn fallback_child() {
+        assert!(
+            std::env::var_os(CHILD_VAR).is_some(),
+            "run only by its parent test: it changes the process's directory"
+        );
+        FORCE_NO_CHDIR_ACTION.store(true, Ordering::SeqCst);
+        let before = std::env::current_dir().expect("cwd");
+        let target = std::env::temp_dir().canonicalize().expect("temp dir");
+        let shell = spawn_shell(&SpawnSpec {
+            command: b"pwd".to_vec(),
+            cwd: target.clone(),
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            process_id: "proc_fallback".into(),
+        })
+        .expect("spawn");
+        drop(shell.stdin);
+        let mut out = String::new();
+        std::fs::File::from(shell.stdout)
+            .read_to_string(&mut out)
+            .expect("read stdout");
+        assert_eq!(out.trim_end(), target.to_str().expect("utf-8 temp dir"));
+        assert_eq!(std::env::current_dir().expect("cwd"), before, "cwd restored");
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(shell.pid), None);
+        println!("fallback ok");
+    }
 }

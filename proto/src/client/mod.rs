@@ -33,6 +33,9 @@ use crate::paths::{self, PathError};
 use crate::pb;
 use crate::pb::control_client::ControlClient;
 
+mod daemon_binary;
+pub use daemon_binary::{DAEMON_FILE_NAME, DaemonBinaryNotFound, find_daemon_binary};
+
 mod session;
 
 pub use session::Session;
@@ -532,27 +535,6 @@ async fn acquire_start_lock(
     }
 }
 
-/// Finds the daemon binary: the explicit option, then next to this executable, then `PATH`.
-pub fn find_daemon_binary(explicit: Option<&Path>) -> PathBuf {
-    if let Some(p) = explicit {
-        return p.to_path_buf();
-    }
-    let name = if cfg!(windows) {
-        "yieldshelld.exe"
-    } else {
-        "yieldshelld"
-    };
-    if let Ok(exe) = std::env::current_exe()
-        && let Some(dir) = exe.parent()
-    {
-        let sibling = dir.join(name);
-        if sibling.is_file() {
-            return sibling;
-        }
-    }
-    PathBuf::from(name)
-}
-
 /// Variables an auto-started daemon inherits: enough to find programs, home and locale, and the
 /// `YIELDSHELL_*` location settings. Never the client's secrets: commands get the session's
 /// environment from each client anyway.
@@ -574,12 +556,12 @@ async fn start_daemon(
     socket_dir: &Path,
     deadline: Instant,
 ) -> Result<Connection, ClientError> {
-    let bin = find_daemon_binary(opts.daemon_bin.as_deref());
-    let start_log_path = socket_dir.join("yieldshelld.start.log");
     let fail = |detail: String| ClientError::StartFailed {
         socket: opts.socket.clone(),
         detail,
     };
+    let bin = find_daemon_binary(opts.daemon_bin.as_deref()).map_err(|e| fail(e.to_string()))?;
+    let start_log_path = socket_dir.join("yieldshelld.start.log");
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     // Never truncate through a symlink planted in the socket directory (RELIABILITY S3).

@@ -12,9 +12,18 @@ use std::process::{Command, Stdio};
 fn source_dirs(name: &str) -> &'static [&'static str] {
     match name {
         "yieldshelld" => &["proto", "daemon"],
-        "yieldctl" => &["proto", "cli", "packaging"],
+        // Only the unit files: the rest of `packaging/` (release.sh, the wheel's and npm's
+        // manifests) is not compiled in, and editing it must not make yieldctl look stale.
+        "yieldctl" => &["proto", "cli", "packaging/systemd", "packaging/launchd"],
         "mcp-yieldshell" => &["proto", "shim"],
-        _ => &["proto", "daemon", "cli", "shim", "packaging"],
+        _ => &[
+            "proto",
+            "daemon",
+            "cli",
+            "shim",
+            "packaging/systemd",
+            "packaging/launchd",
+        ],
     }
 }
 

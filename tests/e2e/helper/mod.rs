@@ -1,5 +1,6 @@
 //! Test fixtures: a real `yieldshelld` in a temp dir, a control-plane client, `yieldctl` runs,
-//! process-identity checks, load sizing, latency summaries and the system tools some tests need.
+//! process-identity checks, load sizing, latency summaries, the system tools some tests need, and
+//! installed layouts of the binaries driven by a real MCP client.
 //! Waits poll against one generous [`TIMEOUT`]; nothing sleeps and hopes.
 //!
 //! Every name is re-exported here, so test modules say `helper::name` whichever file holds it.
@@ -9,6 +10,7 @@
 mod binaries;
 mod client;
 mod fixture;
+mod installs;
 mod load;
 mod poll;
 mod prerequisites;
@@ -23,6 +25,10 @@ pub use binaries::{bin, json, run, testbin};
 pub use client::{Client, exec_req};
 #[allow(unused_imports)]
 pub use fixture::TestDaemon;
+#[allow(unused_imports)]
+pub use installs::{
+    SYSTEM_PATH, installed_shim_command, place_binaries, serve_one_exec, started_daemon_exe,
+};
 #[allow(unused_imports)]
 pub use load::{heavy, heavy_lock, size};
 #[allow(unused_imports)]
