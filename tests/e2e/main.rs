@@ -13,6 +13,7 @@ mod daemon_output;
 mod daemon_policy;
 mod daemon_stop;
 mod daemon_until;
+mod input_wait;
 mod packaging;
 mod policy_env;
 mod profile_jobs;

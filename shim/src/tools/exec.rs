@@ -164,7 +164,8 @@ pub(super) async fn call(
     let Some(info) = first.process.as_ref() else {
         return respond_with(&ExecView::from(&first));
     };
-    if first.status != pb::ExecStatus::Backgrounded as i32 {
+    // Waiting for input is a reason to yield early, as in the daemon's own exec.
+    if first.status != pb::ExecStatus::Backgrounded as i32 || info.waiting_for_input == Some(true) {
         return respond_with(&ExecView::from(&first));
     }
     let spec = SettleSpec {
@@ -174,13 +175,17 @@ pub(super) async fn call(
         wait: pb::WaitRequest {
             process_id: info.process_id.clone(),
             max_output_bytes,
+            for_input: true,
             ..Default::default()
         },
         budget_ms: yield_ms,
         started,
     };
     match run_until_settled(&ctx.session, spec, Some(backgrounded(&first))).await {
-        Settled::Done(state) => respond_with(&sliced_view(&state, true, yield_ms)),
+        Settled::Done(state) => {
+            let settled = state.result != pb::WaitResult::InputWanted as i32;
+            respond_with(&sliced_view(&state, settled, yield_ms))
+        }
         // A cancelled call leaves the command running, like a yield.
         Settled::OutOfTime(state) | Settled::Cancelled(state) => {
             respond_with(&sliced_view(&state, false, yield_ms))

@@ -118,7 +118,8 @@ pub(super) fn wait_definition(ctx: &Context) -> Tool {
             "timeout_ms": {"type": "integer", "minimum": 0, "default": 30_000, "description": "Longest wait; capped at 55000 ms so the call returns before MCP clients time out. When it passes, the process keeps running (wait_result: deadline_reached)."},
             "max_output_bytes": {"type": "integer", "minimum": 1, "maximum": max_out, "default": max_out, "description": "Most bytes per stream of the latest output in the response."},
             "until": {"type": "string", "description": "Regular expression: return as soon as an output line matches (wait_result: matched), e.g. \"listening on|ready\". Lines of any length are searched (a match must span under 32 KiB); for a line over 64 KiB, matched_line is the 64 KiB around the match."},
-            "since_seq": {"type": "integer", "minimum": 1, "default": 1, "description": "With until: match output from this sequence number on (default 1, so lines printed before the call count)."}
+            "since_seq": {"type": "integer", "minimum": 1, "default": 1, "description": "With until: match output from this sequence number on (default 1, so lines printed before the call count)."},
+            "for_input": {"type": "boolean", "default": false, "description": "Also return once it waits for stdin (input_wanted)."}
         },
         "required": ["process_id"],
         "additionalProperties": true
@@ -164,6 +165,7 @@ pub(super) async fn wait(
                 since_seq: args.opt_u64("since_seq")?.map(|s| s.max(1)),
                 max_output_bytes: args.opt_u64("max_output_bytes")?,
                 streams: pb::Streams::Both as i32,
+                for_input: args.opt_bool("for_input")?.unwrap_or(false),
                 ..Default::default()
             },
             timeout,
