@@ -30,9 +30,11 @@
 //! is `n_tty_read`/`wait_woken`, and `echo_off` comes from the terminal's termios `ECHO` bit.
 //!
 //! # Cost
-//! One check is a `stat` read per process of the machine (the session scan; Linux keeps no index
-//! by session) plus, per member, `syscall` and one fd link. It runs on the blocking pool
-//! ([`check_off_runtime`]). [`until_waiting`] repeats it every [`CHECK_EVERY`] while an `exec` or
+//! One check reads the shell's fd 0 link, `stat` and `syscall`, and the same per member of its
+//! session (plus one fd link for a member blocked in a read). The members are found from one pass
+//! over every `/proc/<pid>/stat` of the machine (Linux keeps no index by session), shared by all
+//! checks for 100 ms, so polling clients cost at most ten such passes a second. It runs on the
+//! blocking pool ([`check_off_runtime`]). [`until_waiting`] repeats it every [`CHECK_EVERY`] while an `exec` or
 //! a `wait(for_input)` waits, and only then.
 
 use std::time::Duration;
@@ -223,6 +225,8 @@ mod linux {
     //! The `/proc` reader behind [`check_many`](super::check_many).
 
     use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
 
     use super::super::tree::{self, Identity, ProcStat};
     use super::{FdTable, InputEndpoint, Verdict, judge, parse_pipe_link};
@@ -322,15 +326,35 @@ mod linux {
         answers
     }
 
-    /// One pass over `/proc`: judges every live member of a pending shell's session or group.
-    fn scan_members(pending: &mut HashMap<i32, (InputEndpoint, Vec<Verdict>)>) {
-        let Ok(dir) = std::fs::read_dir("/proc") else {
-            for (_, verdicts) in pending.values_mut() {
-                verdicts.push(Verdict::Unknown);
-            }
-            return;
-        };
-        for entry in dir.flatten() {
+    /// Live processes as (pid, session, process group), from one pass over `/proc`.
+    struct Snapshot {
+        taken: Instant,
+        processes: Vec<(i32, i32, i32)>,
+    }
+
+    /// The last pass, shared by every check for [`SNAPSHOT_TTL`]: a daemon asked about many
+    /// processes at once (agents polling `read`, `ps`) reads each `stat` of the machine a few
+    /// times a second at most, instead of once per call.
+    static SNAPSHOT: Mutex<Option<Arc<Snapshot>>> = Mutex::new(None);
+
+    /// How long a pass is reused. A member forked since is missed by the checks of that window;
+    /// the next pass finds it.
+    const SNAPSHOT_TTL: Duration = Duration::from_millis(100);
+
+    fn snapshot() -> Option<Arc<Snapshot>> {
+        let fresh = |s: &Arc<Snapshot>| s.taken.elapsed() < SNAPSHOT_TTL;
+        if let Some(s) = SNAPSHOT
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .filter(|s| fresh(s))
+        {
+            return Some(s.clone());
+        }
+        // Scanned without the lock: concurrent checks may scan twice, never wait on each other.
+        let taken = Instant::now();
+        let mut processes = Vec::new();
+        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
             let Some(pid) = entry
                 .file_name()
                 .to_str()
@@ -338,22 +362,40 @@ mod linux {
             else {
                 continue;
             };
+            if let Some(stat) = tree::read_stat(pid).filter(ProcStat::is_alive) {
+                processes.push((pid, stat.session, stat.pgrp));
+            }
+        }
+        let snap = Arc::new(Snapshot { taken, processes });
+        *SNAPSHOT.lock().unwrap_or_else(|e| e.into_inner()) = Some(snap.clone());
+        Some(snap)
+    }
+
+    /// Judges every live member of a pending shell's session or group.
+    fn scan_members(pending: &mut HashMap<i32, (InputEndpoint, Vec<Verdict>)>) {
+        let Some(snap) = snapshot() else {
+            for (_, verdicts) in pending.values_mut() {
+                verdicts.push(Verdict::Unknown);
+            }
+            return;
+        };
+        for &(pid, session, pgrp) in &snap.processes {
             if pending.contains_key(&pid) {
                 continue; // a shell, judged already
             }
-            let Some(stat) = tree::read_stat(pid).filter(ProcStat::is_alive) else {
-                continue;
-            };
-            let leader = if pending.contains_key(&stat.session) {
-                stat.session
-            } else if pending.contains_key(&stat.pgrp) {
-                stat.pgrp
+            let leader = if pending.contains_key(&session) {
+                session
+            } else if pending.contains_key(&pgrp) {
+                pgrp
             } else {
                 continue;
             };
+            // The state now, not as of the snapshot.
+            let Some(stat) = tree::read_stat(pid).filter(ProcStat::is_alive) else {
+                continue;
+            };
             if let Some((endpoint, verdicts)) = pending.get_mut(&leader) {
-                let v = judge_pid(pid, &stat, endpoint);
-                verdicts.push(v);
+                verdicts.push(judge_pid(pid, &stat, endpoint));
             }
         }
     }

@@ -279,7 +279,9 @@ pub(super) async fn exec(
     if let Some(info) = resp.process.as_mut() {
         if yielded_for_input && info.status == pb::ProcessStatus::Running as i32 {
             info.waiting_for_input = Some(true);
-        } else {
+        } else if Duration::from_millis(yield_ms) >= input_wait::EXEC_FIRST_CHECK {
+            // A shorter yield (a start in the background) leaves the command no time to reach a
+            // prompt: it is not checked, so starting many costs no `/proc` reads.
             input_wait::annotate([(&*proc, info)]).await;
         }
     }
