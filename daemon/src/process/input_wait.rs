@@ -269,8 +269,17 @@ mod linux {
         }
     }
 
+    /// Judges `pid` by rule 2 alone (`wchan` and its readable pipes), as when `syscall` is
+    /// closed to us: the unit tests run it where `syscall` is open.
+    #[cfg(test)]
+    pub(super) fn judge_without_syscall(pid: i32, endpoint: &InputEndpoint) -> Verdict {
+        let state = tree::read_stat(pid).map_or(b'?', |s| s.state);
+        let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).ok();
+        judge(state, None, wchan.as_deref(), &ProcFds(pid), endpoint)
+    }
+
     /// The endpoint on the shell's fd 0, if it is a pipe.
-    fn endpoint_of(shell: i32) -> Option<InputEndpoint> {
+    pub(super) fn endpoint_of(shell: i32) -> Option<InputEndpoint> {
         let inode = parse_pipe_link(&ProcFds(shell).link(0)?)?;
         Some(InputEndpoint::Pipe { inode })
     }
@@ -468,9 +477,49 @@ pub async fn annotate<'a>(
         .filter(|(_, info)| info.status == running)
         .filter_map(|(proc, info)| Some((info, proc.state().identity?)))
         .unzip();
-    for (info, answer) in infos.into_iter().zip(check_off_runtime(shells).await) {
+    for (info, answer) in infos.into_iter().zip(recent_answers(shells).await) {
         info.waiting_for_input = answer;
     }
+}
+
+/// How long an answer given to `read`, `ps` or `exec` is given again: a client polling `read` in
+/// a loop costs one check per process per this window, not one per call. (The waits of
+/// [`until_waiting`] always check afresh.)
+const ANSWER_TTL: Duration = Duration::from_millis(50);
+
+/// When each shell was last checked, and the answer.
+type Answers = std::collections::HashMap<Identity, (std::time::Instant, Option<bool>)>;
+
+/// Recent answers by shell, for [`ANSWER_TTL`].
+static ANSWERS: std::sync::Mutex<Option<Answers>> = std::sync::Mutex::new(None);
+
+/// [`check_off_runtime`], answering from [`ANSWERS`] what was checked within [`ANSWER_TTL`].
+async fn recent_answers(shells: Vec<Identity>) -> Vec<Option<bool>> {
+    let mut answers = vec![None; shells.len()];
+    let mut missing = Vec::new();
+    {
+        let mut cache = ANSWERS.lock().unwrap_or_else(|e| e.into_inner());
+        let cache = cache.get_or_insert_with(Default::default);
+        cache.retain(|_, (at, _)| at.elapsed() < ANSWER_TTL);
+        for (i, shell) in shells.iter().enumerate() {
+            match cache.get(shell) {
+                Some((_, answer)) => answers[i] = *answer,
+                None => missing.push(i),
+            }
+        }
+    }
+    if missing.is_empty() {
+        return answers;
+    }
+    let checked = check_off_runtime(missing.iter().map(|&i| shells[i]).collect()).await;
+    let now = std::time::Instant::now();
+    let mut cache = ANSWERS.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = cache.get_or_insert_with(Default::default);
+    for (i, answer) in missing.into_iter().zip(checked) {
+        answers[i] = answer;
+        cache.insert(shells[i], (now, answer));
+    }
+    answers
 }
 
 #[cfg(test)]
@@ -670,6 +719,13 @@ mod tests {
             ..shell
         };
         assert_eq!(check_many(&[recycled, shell]), vec![None, Some(true)]);
+        // Rule 2 (wchan and the readable pipes), used where `syscall` is closed to us, sees it
+        // too.
+        let endpoint = linux::endpoint_of(shell.pid).expect("a pipe on fd 0");
+        assert_eq!(
+            linux::judge_without_syscall(shell.pid, &endpoint),
+            Verdict::Waiting
+        );
         let mut stdin = child.stdin.take().expect("stdin");
         stdin.write_all(b"yes\n").expect("write");
         let out = child.wait_with_output().expect("wait");
