@@ -33,9 +33,12 @@
 //! One check reads the shell's fd 0 link, `stat` and `syscall`, and the same per member of its
 //! session (plus one fd link for a member blocked in a read). The members are found from one pass
 //! over every `/proc/<pid>/stat` of the machine (Linux keeps no index by session), shared by all
-//! checks for 100 ms, so polling clients cost at most ten such passes a second. It runs on the
-//! blocking pool ([`check_off_runtime`]). [`until_waiting`] repeats it every [`CHECK_EVERY`] while an `exec` or
-//! a `wait(for_input)` waits, and only then.
+//! checks for 250 ms, so at most four such passes run a second; a member forked within that
+//! window is seen by a later check. Checks run on the blocking pool ([`check_off_runtime`]). The
+//! answer given to `read`, `ps` and `exec` is reused for 100 ms, so a client polling `read` costs
+//! at most ten checks a second per process. [`until_waiting`] checks afresh every [`CHECK_EVERY`]
+//! while an `exec` or a `wait(for_input)` waits, and only then. A background start (an `exec`
+//! whose yield is under [`EXEC_FIRST_CHECK`]) is not checked at all.
 
 use std::time::Duration;
 
@@ -348,7 +351,7 @@ mod linux {
 
     /// How long a pass is reused. A member forked since is missed by the checks of that window;
     /// the next pass finds it.
-    const SNAPSHOT_TTL: Duration = Duration::from_millis(100);
+    const SNAPSHOT_TTL: Duration = Duration::from_millis(250);
 
     fn snapshot() -> Option<Arc<Snapshot>> {
         let fresh = |s: &Arc<Snapshot>| s.taken.elapsed() < SNAPSHOT_TTL;
@@ -485,7 +488,7 @@ pub async fn annotate<'a>(
 /// How long an answer given to `read`, `ps` or `exec` is given again: a client polling `read` in
 /// a loop costs one check per process per this window, not one per call. (The waits of
 /// [`until_waiting`] always check afresh.)
-const ANSWER_TTL: Duration = Duration::from_millis(50);
+const ANSWER_TTL: Duration = Duration::from_millis(100);
 
 /// When each shell was last checked, and the answer.
 type Answers = std::collections::HashMap<Identity, (std::time::Instant, Option<bool>)>;
