@@ -38,7 +38,8 @@
 //! answer given to `read`, `ps` and `exec` is reused for 100 ms, so a client polling `read` costs
 //! at most ten checks a second per process. [`until_waiting`] checks afresh every [`CHECK_EVERY`]
 //! while an `exec` or a `wait(for_input)` waits, and only then. A background start (an `exec`
-//! whose yield is under [`EXEC_FIRST_CHECK`]) is not checked at all.
+//! whose yield is under [`EXEC_FIRST_CHECK`]) is not checked at all, nor is a process younger
+//! than 250 ms in `read`/`ps` answers (the field is absent then).
 
 use std::time::Duration;
 
@@ -469,21 +470,26 @@ pub async fn until_waiting(shell: Identity, first_check: Duration) {
     }
 }
 
-/// Fills in `waiting_for_input` of each [`ProcessInfo`](pb::ProcessInfo) reported running, with
-/// one check for all of them (`ps` asks for many). Others keep it absent.
+/// Fills in `waiting_for_input` of each [`ProcessInfo`](pb::ProcessInfo) reported running for at
+/// least [`MIN_AGE`], with one check for all of them (`ps` asks for many). Others keep it absent.
 pub async fn annotate<'a>(
     pairs: impl IntoIterator<Item = (&'a super::ManagedProcess, &'a mut pb::ProcessInfo)>,
 ) {
     let running = pb::ProcessStatus::Running as i32;
     let (infos, shells): (Vec<_>, Vec<_>) = pairs
         .into_iter()
-        .filter(|(_, info)| info.status == running)
+        .filter(|(proc, info)| info.status == running && proc.started.elapsed() >= MIN_AGE)
         .filter_map(|(proc, info)| Some((info, proc.state().identity?)))
         .unzip();
     for (info, answer) in infos.into_iter().zip(recent_answers(shells).await) {
         info.waiting_for_input = answer;
     }
 }
+
+/// The youngest process `read`, `ps` and `exec` judge: most commands are over before this, and
+/// checking each of them would cost a busy daemon `/proc` reads for nothing. (An `exec` that
+/// yields early has judged its command itself.)
+const MIN_AGE: Duration = Duration::from_millis(250);
 
 /// How long an answer given to `read`, `ps` or `exec` is given again: a client polling `read` in
 /// a loop costs one check per process per this window, not one per call. (The waits of
