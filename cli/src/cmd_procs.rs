@@ -9,6 +9,9 @@ use yieldshell_proto::views::{self, CleanupView, ProcessSummary, PsView, StopVie
 
 use crate::{Ctx, exit, render, style};
 
+/// Appended to the status of a process blocked reading its stdin (`running[input]`).
+pub const INPUT_MARKER: &str = "[input]";
+
 /// Arguments of `ps`.
 #[derive(Debug, Args)]
 pub struct PsArgs {
@@ -61,11 +64,15 @@ pub async fn ps(ctx: &Ctx, a: PsArgs) -> anyhow::Result<u8> {
             (None, Some(s)) => s.clone(),
             _ => "-".into(),
         };
-        let status = if p.descendants_running > 0 {
+        let mut status = if p.descendants_running > 0 {
             format!("{status}+{}", p.descendants_running)
         } else {
             status.to_string()
         };
+        if p.waiting_for_input == Some(true) {
+            // One word, so the column stays splittable by whitespace.
+            status.push_str(INPUT_MARKER);
+        }
         table.row(vec![
             (p.process_id.clone(), None),
             (p.pid.map_or("-".into(), |x| x.to_string()), None),

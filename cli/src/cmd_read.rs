@@ -200,6 +200,9 @@ pub struct WaitArgs {
     /// With --until: match output from this sequence number on [default: 1].
     #[arg(long, value_name = "SEQ")]
     since: Option<u64>,
+    /// Also return as soon as the process waits for input on its stdin (Linux).
+    #[arg(long)]
+    for_input: bool,
 }
 
 pub async fn wait(ctx: &Ctx, a: WaitArgs) -> anyhow::Result<u8> {
@@ -211,6 +214,7 @@ pub async fn wait(ctx: &Ctx, a: WaitArgs) -> anyhow::Result<u8> {
         since_seq: a.since,
         max_output_bytes: None,
         streams: pb::Streams::Both as i32,
+        for_input: a.for_input,
         ..Default::default()
     };
     let resp = match session.wait(req).await {
@@ -225,7 +229,9 @@ pub async fn wait(ctx: &Ctx, a: WaitArgs) -> anyhow::Result<u8> {
             _ => exit::for_exit(info.exit_code, info.signal.as_deref()),
         },
         pb::WaitResult::DeadlineReached => exit::TIMED_OUT,
-        pb::WaitResult::Matched | pb::WaitResult::Unspecified => exit::OK,
+        pb::WaitResult::Matched | pb::WaitResult::InputWanted | pb::WaitResult::Unspecified => {
+            exit::OK
+        }
     };
     if ctx.json {
         render::json(&WaitView::from(&resp))?;
@@ -237,6 +243,10 @@ pub async fn wait(ctx: &Ctx, a: WaitArgs) -> anyhow::Result<u8> {
             render::stdout_bytes(&resp.matched_line)?;
             render::stdout_bytes(b"\n")?;
         }
+        pb::WaitResult::InputWanted => eprintln!(
+            "{} is waiting for input on its stdin (yieldctl write --newline {} TEXT)",
+            a.id, a.id
+        ),
         pb::WaitResult::DeadlineReached => eprintln!(
             "{} is still {status} after the deadline ({} so far); it keeps running",
             a.id,

@@ -37,6 +37,14 @@ pub fn backgrounded_message(_process_id: &str, _yield_ms: u64, next_seq: u64) ->
     format!("In the background: wait, read(since_seq={next_seq}), write or stop it.")
 }
 
+/// The hint an `exec` body carries when the command yielded early because it waits for input:
+/// one short line, like [`backgrounded_message`].
+pub fn input_wanted_message(_process_id: &str, next_seq: u64) -> String {
+    format!(
+        "Waiting for input: write(input=\"…\\n\") to answer; read(since_seq={next_seq}) or stop it."
+    )
+}
+
 /// The hint for a shell that exited while descendants still run.
 pub fn descendants_message(_process_id: &str, descendants: u32, next_seq: u64) -> String {
     format!(
@@ -45,15 +53,20 @@ pub fn descendants_message(_process_id: &str, descendants: u32, next_seq: u64) -
 }
 
 /// The hint for an `exec` body, from the facts: `status` is the exec status name, `yield_ms`
-/// the yield actually waited. A backgrounded command gets [`backgrounded_message`], a completed
-/// one whose descendants still run [`descendants_message`]; anything else `None`.
+/// the yield actually waited. A backgrounded command gets [`input_wanted_message`] when it waits
+/// for input, else [`backgrounded_message`]; a completed one whose descendants still run
+/// [`descendants_message`]; anything else `None`.
 pub fn exec_hint(
     status: &str,
     p: &pb::ProcessInfo,
     next_seq: u64,
     yield_ms: u64,
 ) -> Option<String> {
-    if status == exec_status_name(pb::ExecStatus::Backgrounded as i32) {
+    if status == exec_status_name(pb::ExecStatus::Backgrounded as i32)
+        && p.waiting_for_input == Some(true)
+    {
+        Some(input_wanted_message(&p.process_id, next_seq))
+    } else if status == exec_status_name(pb::ExecStatus::Backgrounded as i32) {
         Some(backgrounded_message(&p.process_id, yield_ms, next_seq))
     } else if status == exec_status_name(pb::ExecStatus::Completed as i32)
         && p.descendants_running > 0
@@ -112,6 +125,9 @@ pub struct ExecView {
     /// With `until`: the output line that matched (null when none did).
     #[serde(default)]
     pub matched_line: Option<String>,
+    /// True while it is blocked reading its stdin (absent otherwise, or where it cannot be told).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub waiting_for_input: bool,
 }
 
 impl ExecView {
@@ -137,6 +153,7 @@ impl ExecView {
             descendants_running: 0,
             lossy: false,
             matched_line: None,
+            waiting_for_input: false,
         }
     }
 }
@@ -172,6 +189,7 @@ impl ExecView {
             descendants_running: p.descendants_running,
             lossy: lossy_out || lossy_err,
             matched_line: None,
+            waiting_for_input: p.waiting_for_input == Some(true),
         }
     }
 }
@@ -263,6 +281,9 @@ pub struct ReadView {
     /// True when output had invalid UTF-8 that was replaced.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lossy: bool,
+    /// True while it is blocked reading its stdin (absent otherwise, or where it cannot be told).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub waiting_for_input: bool,
 }
 
 impl ReadView {
@@ -285,6 +306,7 @@ impl ReadView {
             stderr_lines: p.stderr_lines,
             descendants_running: p.descendants_running,
             lossy: lossy_out || lossy_err,
+            waiting_for_input: p.waiting_for_input == Some(true),
         }
     }
 }
@@ -295,7 +317,8 @@ pub struct WaitView {
     /// The output and state, as `read` returns them.
     #[serde(flatten)]
     pub read: ReadView,
-    /// `exited`, `deadline_reached` (the process keeps running) or `matched` (`until` matched).
+    /// `exited`, `deadline_reached` (the process keeps running), `matched` (`until` matched) or
+    /// `input_wanted` (`for_input`: it waits for its stdin).
     pub wait_result: String,
     /// The output line that matched `until`.
     pub matched_line: Option<String>,
@@ -406,6 +429,7 @@ pub fn wait_result_name(result: i32) -> &'static str {
         pb::WaitResult::Exited => "exited",
         pb::WaitResult::DeadlineReached => "deadline_reached",
         pb::WaitResult::Matched => "matched",
+        pb::WaitResult::InputWanted => "input_wanted",
         pb::WaitResult::Unspecified => "unknown",
     }
 }
@@ -486,6 +510,9 @@ pub struct ProcessSummary {
     /// Why a `lost` process was lost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_reason: Option<String>,
+    /// True while it is blocked reading its stdin (absent otherwise, or where it cannot be told).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub waiting_for_input: bool,
 }
 
 impl From<&pb::ProcessInfo> for ProcessSummary {
@@ -508,6 +535,7 @@ impl From<&pb::ProcessInfo> for ProcessSummary {
             stderr_lines: p.stderr_lines,
             descendants_running: p.descendants_running,
             lost_reason: p.lost_reason.clone(),
+            waiting_for_input: p.waiting_for_input == Some(true),
         }
     }
 }
@@ -589,6 +617,13 @@ mod tests {
             Some(descendants_message("proc_7", 2, 12))
         );
         assert_eq!(exec_hint("stopped", &left, 12, 300), None);
+        let asking = pb::ProcessInfo {
+            waiting_for_input: Some(true),
+            ..p.clone()
+        };
+        let input = exec_hint("backgrounded", &asking, 12, 300).expect("hint");
+        assert_eq!(input, input_wanted_message("proc_7", 12));
+        assert!(input.contains("write(process_id=\"proc_7\""), "{input}");
         // The body of a daemon response carries the hint although the daemon sends no text.
         let resp = pb::ExecResponse {
             status: pb::ExecStatus::Backgrounded as i32,

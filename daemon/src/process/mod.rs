@@ -7,6 +7,7 @@
 //! themselves, so a client that disconnects mid-call leaves nothing half-done.
 
 pub mod actor;
+pub mod input_wait;
 mod io;
 pub mod reaper;
 pub mod spawn;
@@ -435,6 +436,8 @@ impl ManagedProcess {
             lost_reason: state.lost_reason.map(|r| r.as_str().to_string()),
             ended_by: state.ended_by.map(|e| e.as_str().to_string()),
             spool_dropped_bytes: spool_dropped,
+            // Needs a `/proc` check off the runtime: the RPC handlers add it (`input_wait`).
+            waiting_for_input: None,
         }
     }
 

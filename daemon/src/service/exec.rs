@@ -24,7 +24,7 @@ use crate::output::{OutputLog, ReadQuery, StreamFilter};
 use crate::policy::Refusal;
 use crate::policy::redact::Redactor;
 use crate::process::actor::{self, ActorContext};
-use crate::process::{ManagedProcess, ProcessFacts, Status, new_process_id};
+use crate::process::{ManagedProcess, ProcessFacts, Status, input_wait, new_process_id};
 use crate::session::{Session, check_env_size};
 
 fn refused(r: Refusal) -> pb::ExecResponse {
@@ -257,17 +257,24 @@ pub(super) async fn exec(
     // short (the blocking start): if the client vanishes from here on, the process is
     // registered and runs on in the background.
     let mut state_rx = proc.subscribe();
+    // Settles once the initial stdin has been written: only then may the command be said to wait
+    // for input (before, the input it waits for is on its way).
+    let (stdin_written, stdin_settled) = tokio::sync::oneshot::channel::<()>();
+    let mut stdin_written = Some(stdin_written);
     if req.stdin.as_ref().is_some_and(|s| !s.is_empty()) || req.close_stdin {
         // Queued now (so a later `write` cannot overtake it) but awaited elsewhere: a process
         // that does not read its input must not hold the exec past its yield.
         let data = req.stdin.take().unwrap_or_default();
         let id = proc.facts.id.clone();
+        let done = stdin_written.take();
         match proc.queue_stdin(data, req.close_stdin) {
             Ok(written) => {
                 tokio::spawn(async move {
                     if let Ok(Err(e)) = written.await {
                         // A command that exits without reading its input is not an error of exec.
                         tracing::debug!(process_id = %id, kind = %e.kind, "initial stdin not fully written: {}", e.message);
+                    } else if let Some(done) = done {
+                        let _ = done.send(());
                     }
                 });
             }
@@ -277,31 +284,69 @@ pub(super) async fn exec(
         }
     }
     let deadline = tokio::time::Instant::now() + Duration::from_millis(yield_ms);
-    let Some(matcher) = until.as_mut() else {
-        tokio::select! {
+    let input_wanted = input_wanted(&proc, stdin_written, stdin_settled, req.close_stdin);
+    let mut yielded_for_input = false;
+    let (mut matched_line, mut matched_seq) = (Vec::new(), None);
+    match until.as_mut() {
+        None => tokio::select! {
             _ = state_rx.wait_for(|s| s.settled) => {}
             _ = tokio::time::sleep_until(deadline) => {}
             _ = d.shutdown.cancelled() => {}
-        }
-        return Ok(respond(&proc, max_out, yield_ms));
-    };
-    // The yield wait with a ready-wait: the same matching loop as `wait(until)`, over the whole
-    // log from its first byte. An exit ends it too, once the output is drained.
-    let outcome = wait_until_match(
-        &proc,
-        matcher,
-        1,
-        StreamFilter::Both,
-        Some(deadline),
-        &d.shutdown,
-    )
-    .await;
-    let (_, matched_line, matched_seq) = outcome_fields(outcome);
-    Ok(pb::ExecResponse {
+            _ = input_wanted => yielded_for_input = true,
+        },
+        // The yield wait with a ready-wait: the same matching loop as `wait(until)`, over the
+        // whole log from its first byte. An exit ends it too, once the output is drained; so
+        // does a command that stops to wait for input (it will not print the line unasked).
+        Some(matcher) => tokio::select! {
+            outcome = wait_until_match(
+                &proc,
+                matcher,
+                1,
+                StreamFilter::Both,
+                Some(deadline),
+                &d.shutdown,
+            ) => {
+                (_, matched_line, matched_seq) = outcome_fields(outcome);
+            }
+            _ = input_wanted => yielded_for_input = true,
+        },
+    }
+    let mut resp = pb::ExecResponse {
         matched_line,
         matched_seq,
         ..respond(&proc, max_out, yield_ms)
-    })
+    };
+    if let Some(info) = resp.process.as_mut() {
+        if yielded_for_input && info.status == pb::ProcessStatus::Running as i32 {
+            info.waiting_for_input = Some(true);
+        } else if Duration::from_millis(yield_ms) >= input_wait::EXEC_FIRST_CHECK {
+            // A shorter yield (a start in the background) leaves the command no time to reach a
+            // prompt: it is not checked, so starting many costs no `/proc` reads.
+            input_wait::annotate([(&*proc, info)]).await;
+        }
+    }
+    Ok(resp)
+}
+
+/// Resolves when the command waits for input (DESIGN §9: `exec` yields early then), never when
+/// its stdin was closed or its initial stdin is not written yet. `unsent` is the sender of
+/// `written` when the exec had no stdin to write.
+async fn input_wanted(
+    proc: &ManagedProcess,
+    unsent: Option<tokio::sync::oneshot::Sender<()>>,
+    written: tokio::sync::oneshot::Receiver<()>,
+    close_stdin: bool,
+) {
+    if unsent.is_none() && written.await.is_err() {
+        // Not all written (the command exited, or stdin broke): nothing to wait for.
+        return std::future::pending().await;
+    }
+    match proc.state().identity {
+        Some(shell) if !close_stdin => {
+            input_wait::until_waiting(shell, input_wait::EXEC_FIRST_CHECK).await
+        }
+        _ => std::future::pending().await,
+    }
 }
 
 /// One `exec` between its limit check and its registration (see `Daemon::starts_in_flight`).

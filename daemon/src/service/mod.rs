@@ -189,7 +189,7 @@ impl Control for ControlService {
         &self,
         req: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
-        procs::list(self, req.into_inner()).map(Response::new)
+        procs::list(self, req.into_inner()).await.map(Response::new)
     }
 
     async fn cleanup(

@@ -18,7 +18,7 @@ use super::{
     stream_filter,
 };
 use crate::output::{LogEnd, ReadQuery, RunsPage, Stream, StreamFilter};
-use crate::process::{ManagedProcess, ProcState};
+use crate::process::{ManagedProcess, ProcState, input_wait};
 
 /// Largest `tail_lines` accepted.
 const MAX_TAIL_LINES: u32 = 100_000;
@@ -55,7 +55,8 @@ pub(super) async fn read(
     };
     // State first, output second: if the process ends in between, the output is at least as new
     // as the status says.
-    let process = proc.info();
+    let mut process = proc.info();
+    input_wait::annotate([(&*proc, &mut process)]).await;
     let out = read_output(&proc, q).await?;
     Ok(pb::ReadResponse {
         process: Some(process),
@@ -347,6 +348,7 @@ impl LineMatcher {
 /// How a wait ended.
 pub(super) enum WaitOutcome {
     Exited,
+    InputWanted,
     Deadline,
     ShuttingDown,
     /// An output line matched: where the line starts, and the line (or its window).
@@ -411,34 +413,52 @@ pub(super) async fn wait(
         .timeout_ms
         .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
     let shutdown = &svc.daemon.shutdown;
-    let outcome = match req.until.as_deref().filter(|u| !u.is_empty()) {
-        Some(pattern) => {
-            let mut matcher =
-                until_matcher(pattern).map_err(|m| ErrorKind::InvalidArgument.status(m))?;
-            wait_until_match(
-                &proc,
-                &mut matcher,
-                req.since_seq.unwrap_or(1),
-                streams,
-                deadline,
-                shutdown,
-            )
-            .await
-        }
-        None => {
-            let mut state_rx = proc.subscribe();
-            let sleep = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
+    let until = req
+        .until
+        .as_deref()
+        .filter(|u| !u.is_empty())
+        .map(|pattern| until_matcher(pattern).map_err(|m| ErrorKind::InvalidArgument.status(m)))
+        .transpose()?;
+    let waited = async {
+        match until {
+            Some(mut matcher) => {
+                wait_until_match(
+                    &proc,
+                    &mut matcher,
+                    req.since_seq.unwrap_or(1),
+                    streams,
+                    deadline,
+                    shutdown,
+                )
+                .await
+            }
+            None => {
+                let mut state_rx = proc.subscribe();
+                let sleep = async {
+                    match deadline {
+                        Some(d) => tokio::time::sleep_until(d).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    _ = state_rx.wait_for(|s| s.settled) => WaitOutcome::Exited,
+                    _ = sleep => WaitOutcome::Deadline,
+                    _ = shutdown.cancelled() => WaitOutcome::ShuttingDown,
                 }
-            };
-            tokio::select! {
-                _ = state_rx.wait_for(|s| s.settled) => WaitOutcome::Exited,
-                _ = sleep => WaitOutcome::Deadline,
-                _ = shutdown.cancelled() => WaitOutcome::ShuttingDown,
             }
         }
+    };
+    // `for_input`: a process already waiting answers at once (after the confirming check).
+    let input = async {
+        match proc.state().identity {
+            Some(shell) if req.for_input => input_wait::until_waiting(shell, Duration::ZERO).await,
+            _ => std::future::pending().await,
+        }
+    };
+    let outcome = tokio::select! {
+        biased;
+        outcome = waited => outcome,
+        () = input => WaitOutcome::InputWanted,
     };
     if matches!(outcome, WaitOutcome::ShuttingDown) {
         return Err(ErrorKind::ShuttingDown.status(format!(
@@ -446,7 +466,14 @@ pub(super) async fn wait(
             proc.facts.id
         )));
     }
-    let process = proc.info();
+    let mut process = proc.info();
+    if matches!(outcome, WaitOutcome::InputWanted)
+        && process.status == pb::ProcessStatus::Running as i32
+    {
+        process.waiting_for_input = Some(true);
+    } else {
+        input_wait::annotate([(&*proc, &mut process)]).await;
+    }
     let out = read_output(
         &proc,
         ReadQuery {
@@ -537,6 +564,7 @@ pub(super) async fn write_until(
 pub(super) fn outcome_fields(outcome: WaitOutcome) -> (pb::WaitResult, Vec<u8>, Option<u64>) {
     match outcome {
         WaitOutcome::Exited => (pb::WaitResult::Exited, Vec::new(), None),
+        WaitOutcome::InputWanted => (pb::WaitResult::InputWanted, Vec::new(), None),
         WaitOutcome::Deadline | WaitOutcome::ShuttingDown => {
             (pb::WaitResult::DeadlineReached, Vec::new(), None)
         }

@@ -8,7 +8,7 @@ use yieldshell_proto::pb;
 use yieldshell_proto::session_config::DEFAULT_CLEANUP_OLDER_THAN_MS;
 
 use super::{ControlService, MAX_WRITE_BYTES, at_most};
-use crate::process::{ManagedProcess, Status, StopReason, tree};
+use crate::process::{ManagedProcess, Status, StopReason, input_wait, tree};
 use crate::session::Session;
 
 /// Grace before SIGKILL when `stop` names none (the seed's default).
@@ -130,7 +130,7 @@ fn scoped<'a>(
         .filter(move |p| all_scope || in_project(session, root.as_deref(), p)))
 }
 
-pub(super) fn list(
+pub(super) async fn list(
     svc: &ControlService,
     req: pb::ListRequest,
 ) -> Result<pb::ListResponse, tonic::Status> {
@@ -148,10 +148,9 @@ pub(super) fn list(
     if req.limit > 0 {
         procs.truncate(req.limit as usize);
     }
-    Ok(pb::ListResponse {
-        processes: procs.iter().map(|p| p.info()).collect(),
-        matched,
-    })
+    let mut processes: Vec<_> = procs.iter().map(|p| p.info()).collect();
+    input_wait::annotate(procs.iter().map(|p| &**p).zip(processes.iter_mut())).await;
+    Ok(pb::ListResponse { processes, matched })
 }
 
 pub(super) fn cleanup(

@@ -12,7 +12,8 @@
 //!    quiet for [`QUIET`], or once [`MAX_WINDOW`] has passed since the input was written.
 //! 4. Return every byte from `mark` on, stdout and stderr separately.
 //!
-//! A job that exits ends the window at once. Waiting uses the daemon's `Wait` with `until: "^"`
+//! A job that exits ends the window at once, and so does one that waits for input again (the
+//! daemon's `for_input`: it answered and is back at its prompt, or took the input silently). Waiting uses the daemon's `Wait` with `until: "^"`
 //! (which matches any line, or any unfinished line such as a prompt), so each step returns the
 //! moment output arrives instead of polling. Output printed before step 1 is not part of the
 //! answer (`tail` and `output` have it); output printed between step 1 and the write is, as it
@@ -47,7 +48,7 @@ fn not_running(job_id: &str) -> ToolError {
 }
 
 /// Waits until output arrives after `since` or `budget` passes. Returns the end of the log when
-/// output arrived, `None` when the budget passed or the job ended.
+/// output arrived, `None` when the budget passed, the job ended or it waits for input again.
 async fn next_output(
     ctx: &Context,
     job_id: &str,
@@ -62,6 +63,7 @@ async fn next_output(
         // Only the end position matters here; the answer is read once, at the end.
         max_output_bytes: Some(1),
         streams: pb::Streams::Both as i32,
+        for_input: true,
         ..Default::default()
     };
     let resp = ctx.session.wait(req).await?;

@@ -167,7 +167,11 @@ pub(super) async fn call(
     let Some(info) = first.process.as_ref() else {
         return respond_with(&ExecView::from(&first));
     };
-    if first.status != pb::ExecStatus::Backgrounded as i32 || first.matched_seq.is_some() {
+    // A match, or waiting for input, is a reason to yield early, as in the daemon's own exec.
+    if first.status != pb::ExecStatus::Backgrounded as i32
+        || first.matched_seq.is_some()
+        || info.waiting_for_input == Some(true)
+    {
         return respond_with(&ExecView::from(&first));
     }
     let spec = SettleSpec {
@@ -181,13 +185,17 @@ pub(super) async fn call(
             // slice still counts.
             until,
             since_seq: Some(1),
+            for_input: true,
             ..Default::default()
         },
         budget_ms: yield_ms,
         started,
     };
     match run_until_settled(&ctx.session, spec, Some(backgrounded(&first))).await {
-        Settled::Done(state) => respond_with(&sliced_view(&state, true, yield_ms)),
+        Settled::Done(state) => {
+            let settled = state.result != pb::WaitResult::InputWanted as i32;
+            respond_with(&sliced_view(&state, settled, yield_ms))
+        }
         // A cancelled call leaves the command running, like a yield.
         Settled::OutOfTime(state) | Settled::Cancelled(state) => {
             respond_with(&sliced_view(&state, false, yield_ms))

@@ -114,7 +114,8 @@ pub(super) fn wait_definition(ctx: &Context) -> Tool {
             "timeout_ms": {"type": "integer", "minimum": 0, "maximum": MAX_BLOCKING_MS, "default": 30_000},
             "until": {"type": "string", "description": "Regex: return once an output line matches."},
             "since_seq": {"type": "integer", "minimum": 1, "default": 1, "description": "Where until starts matching."},
-            "max_output_bytes": {"type": "integer", "minimum": 1, "maximum": max_out, "default": max_out, "description": "Per stream."}
+            "max_output_bytes": {"type": "integer", "minimum": 1, "maximum": max_out, "default": max_out, "description": "Per stream."},
+            "for_input": {"type": "boolean", "default": false, "description": "Also return once it waits for stdin."}
         },
         "required": ["process_id"]
     });
@@ -158,6 +159,7 @@ pub(super) async fn wait(
                 since_seq: args.opt_u64("since_seq")?.map(|s| s.max(1)),
                 max_output_bytes: args.opt_u64("max_output_bytes")?,
                 streams: pb::Streams::Both as i32,
+                for_input: args.opt_bool("for_input")?.unwrap_or(false),
                 ..Default::default()
             },
             timeout,

@@ -1,0 +1,743 @@
+//! "Input wanted": whether a running process is blocked reading its stdin (DESIGN §9).
+//!
+//! # The rule (Linux, pipe mode)
+//! The input endpoint is the pipe on the shell's fd 0, read from `/proc/<shell>/fd/0`
+//! (`pipe:[inode]`) at each check: the daemon need not hold that pipe itself (a per-process
+//! holder may). The tree is the shell's session: the shell, then every live process whose
+//! `/proc/<pid>/stat` names the shell's session or process group. A process of it waits for input
+//! when its `stat` state is `S` (interruptible sleep) and either
+//! 1. `/proc/<pid>/syscall` shows its main thread blocked in `read`, `readv`, `pread64`, `preadv`
+//!    or `preadv2` on an fd whose `/proc/<pid>/fd/<fd>` is the input endpoint (exact); or, when
+//!    `syscall` cannot be read (it needs ptrace-attach access: Yama, a non-dumpable process),
+//! 2. `/proc/<pid>/wchan` names the pipe read wait (`pipe_read`, `anon_pipe_read`, `pipe_wait`)
+//!    and the only pipes or FIFOs it holds open for reading are the input endpoint (so the pipe it
+//!    sleeps on must be that one; a shell reading `$(…)` holds that other pipe and is not counted).
+//!
+//! The process waits for input when some member does; it does not when every member could be
+//! judged and none does; otherwise it cannot be told ([`None`]: the field is absent, never a
+//! guess). Elsewhere than Linux it is always `None`.
+//!
+//! # What it cannot see
+//! A program that waits in `poll`/`select`/`epoll_wait` (event loops: Node's readline, asyncio,
+//! a read with a timeout), one that reads stdin in a thread other than its main thread, one that
+//! reads `/dev/tty` instead of stdin (`ssh`, `sudo` password prompts), and descendants that left
+//! the session (`setsid`) are not seen: they report `false`. A process reading a pipe it got some
+//! other way while also holding the input pipe, judged by rule 2, reports `None`.
+//!
+//! # Terminal mode (later)
+//! A terminal process plugs in as another [`InputEndpoint`]: the fd link is the terminal
+//! (`/dev/pts/N`), only members of the terminal's foreground process group count, its read wait
+//! is `n_tty_read`/`wait_woken`, and `echo_off` comes from the terminal's termios `ECHO` bit.
+//!
+//! # Cost
+//! One check reads the shell's fd 0 link, `stat` and `syscall`, and the same per member of its
+//! session (plus one fd link for a member blocked in a read). The members are found from one pass
+//! over every `/proc/<pid>/stat` of the machine (Linux keeps no index by session), shared by all
+//! checks for 250 ms, so at most four such passes run a second; a member forked within that
+//! window is seen by a later check. Checks run on the blocking pool ([`check_off_runtime`]). The
+//! answer given to `read`, `ps` and `exec` is reused for 100 ms, so a client polling `read` costs
+//! at most ten checks a second per process. [`until_waiting`] checks afresh every [`CHECK_EVERY`]
+//! while an `exec` or a `wait(for_input)` waits, and only then. A background start (an `exec`
+//! whose yield is under [`EXEC_FIRST_CHECK`]) is not checked at all, nor is a process younger
+//! than 250 ms in `read`/`ps` answers (the field is absent then).
+
+use std::time::Duration;
+
+use yieldshell_proto::pb;
+
+use super::tree::Identity;
+
+/// How long an `exec` lets the command run before the first check: most commands have not
+/// reached a prompt (or have finished) by then.
+pub const EXEC_FIRST_CHECK: Duration = Duration::from_millis(75);
+/// The interval between checks, and so the confirmation delay: a process must be found waiting
+/// on two checks in a row, so a transient read (a program between two chunks of piped input) is
+/// not taken for a prompt.
+pub const CHECK_EVERY: Duration = Duration::from_millis(150);
+
+/// What a process waits on when it waits for input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InputEndpoint {
+    /// An anonymous pipe (pipe-mode stdin), by inode.
+    Pipe {
+        /// The pipe's inode, as in `pipe:[inode]`.
+        inode: u64,
+    },
+}
+
+impl InputEndpoint {
+    /// Whether an fd link (`readlink /proc/<pid>/fd/<n>`) is this endpoint.
+    fn is_link(&self, link: &str) -> bool {
+        match self {
+            InputEndpoint::Pipe { inode } => parse_pipe_link(link) == Some(*inode),
+        }
+    }
+
+    /// Whether `wchan` names the kernel function this endpoint's readers sleep in.
+    fn is_read_wait(&self, wchan: &str) -> bool {
+        match self {
+            // `pipe_wait` before Linux 5.6, `pipe_read` after, `anon_pipe_read` from 6.x.
+            InputEndpoint::Pipe { .. } => {
+                matches!(wchan.trim(), "pipe_read" | "anon_pipe_read" | "pipe_wait")
+            }
+        }
+    }
+}
+
+/// The inode of a `pipe:[inode]` fd link.
+pub fn parse_pipe_link(link: &str) -> Option<u64> {
+    link.trim()
+        .strip_prefix("pipe:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
+
+/// What `/proc/<pid>/syscall` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyscallState {
+    /// On a CPU (`running`).
+    Running,
+    /// Blocked in system call `nr` with these first arguments.
+    Blocked {
+        /// Syscall number (of the kernel's native table).
+        nr: i64,
+        /// First argument (the fd, for the read family).
+        arg0: u64,
+    },
+    /// Not in a system call (`-1 …`: stopped in user space, say).
+    Outside,
+}
+
+/// Parses `/proc/<pid>/syscall`: `running`, `-1 sp pc`, or `nr arg0 … arg5 sp pc` with the
+/// arguments in hex.
+pub fn parse_syscall(text: &str) -> Option<SyscallState> {
+    let mut fields = text.split_ascii_whitespace();
+    let first = fields.next()?;
+    if first == "running" {
+        return Some(SyscallState::Running);
+    }
+    let nr: i64 = first.parse().ok()?;
+    if nr < 0 {
+        return Some(SyscallState::Outside);
+    }
+    let arg0 = u64::from_str_radix(fields.next()?.trim_start_matches("0x"), 16).ok()?;
+    Some(SyscallState::Blocked { nr, arg0 })
+}
+
+/// Whether `nr` is a read of one fd's data (`read`, `readv`, `pread64`, `preadv`, `preadv2`).
+// `c_long` is `i64` here but `i32` on 32-bit targets: the conversion is not useless there.
+#[allow(clippy::useless_conversion)]
+pub fn is_read_syscall(nr: i64) -> bool {
+    [
+        libc::SYS_read,
+        libc::SYS_readv,
+        libc::SYS_pread64,
+        libc::SYS_preadv,
+        libc::SYS_preadv2,
+    ]
+    .iter()
+    .any(|n| i64::from(*n) == nr)
+}
+
+/// Whether `/proc/<pid>/fdinfo/<n>` describes an fd open for reading (its octal `flags` have
+/// access mode `O_RDONLY` or `O_RDWR`).
+pub fn fdinfo_readable(text: &str) -> Option<bool> {
+    let flags = text
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| i32::from_str_radix(f.trim(), 8).ok())?;
+    Some(matches!(
+        flags & libc::O_ACCMODE,
+        libc::O_RDONLY | libc::O_RDWR
+    ))
+}
+
+/// A process's open files, as the judgement needs them.
+pub trait FdTable {
+    /// The link of fd `fd` (`pipe:[123]`, a path); `None` when unreadable or closed.
+    fn link(&self, fd: u64) -> Option<String>;
+    /// The links of the pipes and FIFOs it has open for reading; `None` when unreadable.
+    fn readable_pipes(&self) -> Option<Vec<String>>;
+}
+
+/// The judgement on one process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Blocked reading the input endpoint.
+    Waiting,
+    /// Known not to be.
+    NotWaiting,
+    /// Cannot be told (files unreadable).
+    Unknown,
+}
+
+/// Judges one process from its `stat` state letter, its `syscall` text and `wchan` text (`None`
+/// when unreadable) and its fds (see the module docs for the rule).
+pub fn judge(
+    state: u8,
+    syscall: Option<&str>,
+    wchan: Option<&str>,
+    fds: &impl FdTable,
+    endpoint: &InputEndpoint,
+) -> Verdict {
+    if state != b'S' {
+        return Verdict::NotWaiting;
+    }
+    if let Some(sys) = syscall.and_then(parse_syscall) {
+        return match sys {
+            SyscallState::Blocked { nr, arg0 } if is_read_syscall(nr) => match fds.link(arg0) {
+                Some(link) if endpoint.is_link(&link) => Verdict::Waiting,
+                Some(_) => Verdict::NotWaiting,
+                None => Verdict::Unknown,
+            },
+            _ => Verdict::NotWaiting,
+        };
+    }
+    // `wchan` reads as "0" when the kernel will not say.
+    let Some(wchan) = wchan.map(str::trim).filter(|w| !w.is_empty() && *w != "0") else {
+        return Verdict::Unknown;
+    };
+    if !endpoint.is_read_wait(wchan) {
+        return Verdict::NotWaiting;
+    }
+    match fds.readable_pipes() {
+        Some(pipes) if !pipes.is_empty() && pipes.iter().all(|l| endpoint.is_link(l)) => {
+            Verdict::Waiting
+        }
+        Some(pipes) if pipes.iter().all(|l| !endpoint.is_link(l)) => Verdict::NotWaiting,
+        _ => Verdict::Unknown,
+    }
+}
+
+/// The verdict on a whole tree from its members': waiting when one is, not waiting when all are
+/// known not to be, else unknown.
+pub fn combine(verdicts: impl IntoIterator<Item = Verdict>) -> Option<bool> {
+    let mut known = true;
+    for v in verdicts {
+        match v {
+            Verdict::Waiting => return Some(true),
+            Verdict::Unknown => known = false,
+            Verdict::NotWaiting => {}
+        }
+    }
+    known.then_some(false)
+}
+
+#[cfg(target_os = "linux")]
+mod linux {
+    //! The `/proc` reader behind [`check_many`](super::check_many).
+
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use super::super::tree::{self, Identity, ProcStat};
+    use super::{FdTable, InputEndpoint, Verdict, judge, parse_pipe_link};
+
+    /// The fds of a live process, read on demand.
+    struct ProcFds(i32);
+
+    impl FdTable for ProcFds {
+        fn link(&self, fd: u64) -> Option<String> {
+            let link = std::fs::read_link(format!("/proc/{}/fd/{fd}", self.0)).ok()?;
+            Some(link.to_string_lossy().into_owned())
+        }
+
+        fn readable_pipes(&self) -> Option<Vec<String>> {
+            use std::os::unix::fs::FileTypeExt;
+            let mut pipes = Vec::new();
+            for entry in std::fs::read_dir(format!("/proc/{}/fd", self.0))
+                .ok()?
+                .flatten()
+            {
+                let link = std::fs::read_link(entry.path()).ok()?;
+                let link = link.to_string_lossy().into_owned();
+                let pipe = parse_pipe_link(&link).is_some()
+                    || (link.starts_with('/')
+                        && std::fs::metadata(entry.path()).is_ok_and(|m| m.file_type().is_fifo()));
+                if !pipe {
+                    continue;
+                }
+                let info = std::fs::read_to_string(format!(
+                    "/proc/{}/fdinfo/{}",
+                    self.0,
+                    entry.file_name().to_string_lossy()
+                ))
+                .ok()?;
+                if super::fdinfo_readable(&info)? {
+                    pipes.push(link);
+                }
+            }
+            Some(pipes)
+        }
+    }
+
+    /// Judges `pid` by rule 2 alone (`wchan` and its readable pipes), as when `syscall` is
+    /// closed to us: the unit tests run it where `syscall` is open.
+    #[cfg(test)]
+    pub(super) fn judge_without_syscall(pid: i32, endpoint: &InputEndpoint) -> Verdict {
+        let state = tree::read_stat(pid).map_or(b'?', |s| s.state);
+        let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).ok();
+        judge(state, None, wchan.as_deref(), &ProcFds(pid), endpoint)
+    }
+
+    /// The endpoint on the shell's fd 0, if it is a pipe.
+    pub(super) fn endpoint_of(shell: i32) -> Option<InputEndpoint> {
+        let inode = parse_pipe_link(&ProcFds(shell).link(0)?)?;
+        Some(InputEndpoint::Pipe { inode })
+    }
+
+    fn judge_pid(pid: i32, stat: &ProcStat, endpoint: &InputEndpoint) -> Verdict {
+        if stat.state != b'S' {
+            return Verdict::NotWaiting;
+        }
+        let syscall = std::fs::read_to_string(format!("/proc/{pid}/syscall")).ok();
+        let wchan = match syscall {
+            Some(_) => None,
+            None => std::fs::read_to_string(format!("/proc/{pid}/wchan")).ok(),
+        };
+        judge(
+            stat.state,
+            syscall.as_deref(),
+            wchan.as_deref(),
+            &ProcFds(pid),
+            endpoint,
+        )
+    }
+
+    /// See [`check_many`](super::check_many).
+    pub fn check_many(shells: &[Identity]) -> Vec<Option<bool>> {
+        // Each shell: its endpoint and its own verdict; a shell found waiting needs no scan.
+        let mut pending: HashMap<i32, (InputEndpoint, Vec<Verdict>)> = HashMap::new();
+        let mut answers: Vec<Option<bool>> = vec![None; shells.len()];
+        for (i, shell) in shells.iter().enumerate() {
+            let Some(endpoint) = endpoint_of(shell.pid) else {
+                continue;
+            };
+            // Read after the link, so the link was this shell's and not a recycled pid's.
+            let Some(stat) = tree::read_stat(shell.pid)
+                .filter(|s| s.is_alive() && s.start_time == shell.start_time)
+            else {
+                continue;
+            };
+            match judge_pid(shell.pid, &stat, &endpoint) {
+                Verdict::Waiting => answers[i] = Some(true),
+                v => {
+                    pending.insert(shell.pid, (endpoint, vec![v]));
+                }
+            }
+        }
+        if !pending.is_empty() {
+            scan_members(&mut pending);
+        }
+        for (i, shell) in shells.iter().enumerate() {
+            if let Some((_, verdicts)) = pending.remove(&shell.pid) {
+                answers[i] = super::combine(verdicts);
+            }
+        }
+        answers
+    }
+
+    /// Live processes as (pid, session, process group), from one pass over `/proc`.
+    struct Snapshot {
+        taken: Instant,
+        processes: Vec<(i32, i32, i32)>,
+    }
+
+    /// The last pass, shared by every check for [`SNAPSHOT_TTL`]: a daemon asked about many
+    /// processes at once (agents polling `read`, `ps`) reads each `stat` of the machine a few
+    /// times a second at most, instead of once per call.
+    static SNAPSHOT: Mutex<Option<Arc<Snapshot>>> = Mutex::new(None);
+
+    /// How long a pass is reused. A member forked since is missed by the checks of that window;
+    /// the next pass finds it.
+    const SNAPSHOT_TTL: Duration = Duration::from_millis(250);
+
+    fn snapshot() -> Option<Arc<Snapshot>> {
+        let fresh = |s: &Arc<Snapshot>| s.taken.elapsed() < SNAPSHOT_TTL;
+        if let Some(s) = SNAPSHOT
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .filter(|s| fresh(s))
+        {
+            return Some(s.clone());
+        }
+        // Scanned without the lock: concurrent checks may scan twice, never wait on each other.
+        let taken = Instant::now();
+        let mut processes = Vec::new();
+        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            if let Some(stat) = tree::read_stat(pid).filter(ProcStat::is_alive) {
+                processes.push((pid, stat.session, stat.pgrp));
+            }
+        }
+        let snap = Arc::new(Snapshot { taken, processes });
+        *SNAPSHOT.lock().unwrap_or_else(|e| e.into_inner()) = Some(snap.clone());
+        Some(snap)
+    }
+
+    /// Judges every live member of a pending shell's session or group.
+    fn scan_members(pending: &mut HashMap<i32, (InputEndpoint, Vec<Verdict>)>) {
+        let Some(snap) = snapshot() else {
+            for (_, verdicts) in pending.values_mut() {
+                verdicts.push(Verdict::Unknown);
+            }
+            return;
+        };
+        for &(pid, session, pgrp) in &snap.processes {
+            if pending.contains_key(&pid) {
+                continue; // a shell, judged already
+            }
+            let leader = if pending.contains_key(&session) {
+                session
+            } else if pending.contains_key(&pgrp) {
+                pgrp
+            } else {
+                continue;
+            };
+            // The state now, not as of the snapshot.
+            let Some(stat) = tree::read_stat(pid).filter(ProcStat::is_alive) else {
+                continue;
+            };
+            if let Some((endpoint, verdicts)) = pending.get_mut(&leader) {
+                verdicts.push(judge_pid(pid, &stat, endpoint));
+            }
+        }
+    }
+}
+
+/// Whether each shell's process (the shell and its session) waits for input now: `Some(true)`,
+/// `Some(false)`, or `None` when it cannot be told. One `/proc` pass for all of them (`ps`).
+/// Blocking: call it on the blocking pool.
+#[cfg(target_os = "linux")]
+pub fn check_many(shells: &[Identity]) -> Vec<Option<bool>> {
+    linux::check_many(shells)
+}
+
+/// Without `/proc` it cannot be told.
+#[cfg(not(target_os = "linux"))]
+pub fn check_many(shells: &[Identity]) -> Vec<Option<bool>> {
+    vec![None; shells.len()]
+}
+
+/// Whether detection works on this platform at all.
+pub const SUPPORTED: bool = cfg!(target_os = "linux");
+
+/// [`check_many`] on the blocking pool.
+pub async fn check_off_runtime(shells: Vec<Identity>) -> Vec<Option<bool>> {
+    if !SUPPORTED || shells.is_empty() {
+        return vec![None; shells.len()];
+    }
+    let n = shells.len();
+    tokio::task::spawn_blocking(move || check_many(&shells))
+        .await
+        .unwrap_or_else(|_| vec![None; n])
+}
+
+/// Whether the process with this shell waits for input now (one check).
+pub async fn check_one(shell: Option<Identity>) -> Option<bool> {
+    check_off_runtime(shell.into_iter().collect())
+        .await
+        .into_iter()
+        .next()
+        .flatten()
+}
+
+/// Resolves once the process of `shell` has been found waiting for input on two checks in a row
+/// ([`CHECK_EVERY`] apart), the first after `first_check`. Never resolves where it cannot be
+/// told: callers race it against their own ends (exit, deadline).
+pub async fn until_waiting(shell: Identity, first_check: Duration) {
+    if !SUPPORTED {
+        return std::future::pending().await;
+    }
+    tokio::time::sleep(first_check).await;
+    let mut before = false;
+    loop {
+        let now = check_one(Some(shell)).await == Some(true);
+        if now && before {
+            return;
+        }
+        before = now;
+        tokio::time::sleep(CHECK_EVERY).await;
+    }
+}
+
+/// Fills in `waiting_for_input` of each [`ProcessInfo`](pb::ProcessInfo) reported running for at
+/// least [`MIN_AGE`], with one check for all of them (`ps` asks for many). Others keep it absent.
+pub async fn annotate<'a>(
+    pairs: impl IntoIterator<Item = (&'a super::ManagedProcess, &'a mut pb::ProcessInfo)>,
+) {
+    let running = pb::ProcessStatus::Running as i32;
+    let (infos, shells): (Vec<_>, Vec<_>) = pairs
+        .into_iter()
+        .filter(|(proc, info)| info.status == running && proc.started.elapsed() >= MIN_AGE)
+        .filter_map(|(proc, info)| Some((info, proc.state().identity?)))
+        .unzip();
+    for (info, answer) in infos.into_iter().zip(recent_answers(shells).await) {
+        info.waiting_for_input = answer;
+    }
+}
+
+/// The youngest process `read`, `ps` and `exec` judge: most commands are over before this, and
+/// checking each of them would cost a busy daemon `/proc` reads for nothing. (An `exec` that
+/// yields early has judged its command itself.)
+const MIN_AGE: Duration = Duration::from_millis(250);
+
+/// How long an answer given to `read`, `ps` or `exec` is given again: a client polling `read` in
+/// a loop costs one check per process per this window, not one per call. (The waits of
+/// [`until_waiting`] always check afresh.)
+const ANSWER_TTL: Duration = Duration::from_millis(100);
+
+/// When each shell was last checked, and the answer.
+type Answers = std::collections::HashMap<Identity, (std::time::Instant, Option<bool>)>;
+
+/// Recent answers by shell, for [`ANSWER_TTL`].
+static ANSWERS: std::sync::Mutex<Option<Answers>> = std::sync::Mutex::new(None);
+
+/// [`check_off_runtime`], answering from [`ANSWERS`] what was checked within [`ANSWER_TTL`].
+async fn recent_answers(shells: Vec<Identity>) -> Vec<Option<bool>> {
+    let mut answers = vec![None; shells.len()];
+    let mut missing = Vec::new();
+    {
+        let mut cache = ANSWERS.lock().unwrap_or_else(|e| e.into_inner());
+        let cache = cache.get_or_insert_with(Default::default);
+        cache.retain(|_, (at, _)| at.elapsed() < ANSWER_TTL);
+        for (i, shell) in shells.iter().enumerate() {
+            match cache.get(shell) {
+                Some((_, answer)) => answers[i] = *answer,
+                None => missing.push(i),
+            }
+        }
+    }
+    if missing.is_empty() {
+        return answers;
+    }
+    let checked = check_off_runtime(missing.iter().map(|&i| shells[i]).collect()).await;
+    let now = std::time::Instant::now();
+    let mut cache = ANSWERS.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = cache.get_or_insert_with(Default::default);
+    for (i, answer) in missing.into_iter().zip(checked) {
+        answers[i] = answer;
+        cache.insert(shells[i], (now, answer));
+    }
+    answers
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    /// Fds of a sample process.
+    #[derive(Default)]
+    struct Fds {
+        links: HashMap<u64, String>,
+        readable: Option<Vec<String>>,
+    }
+
+    impl FdTable for Fds {
+        fn link(&self, fd: u64) -> Option<String> {
+            self.links.get(&fd).cloned()
+        }
+        fn readable_pipes(&self) -> Option<Vec<String>> {
+            self.readable.clone()
+        }
+    }
+
+    const STDIN: InputEndpoint = InputEndpoint::Pipe { inode: 1738101 };
+
+    fn fds(links: &[(u64, &str)]) -> Fds {
+        Fds {
+            links: links.iter().map(|(f, l)| (*f, l.to_string())).collect(),
+            readable: None,
+        }
+    }
+
+    /// `/proc/<pid>/syscall` of a process blocked in read(fd, …) (x86-64 or aarch64 number).
+    fn read_syscall(fd: u64) -> String {
+        format!(
+            "{} {fd:#x} 0x7f4bae5d7000 0x20000 0x7f4bae66ab60 0xffffffff 0x0 0x7ffc25e0fc18 0x7f4bae7532ad",
+            libc::SYS_read
+        )
+    }
+
+    #[test]
+    #[allow(clippy::useless_conversion)] // `c_long` is `i32` on 32-bit targets
+    fn parses_pipe_links_syscalls_and_fdinfo() {
+        assert_eq!(parse_pipe_link("pipe:[1738101]"), Some(1738101));
+        assert_eq!(parse_pipe_link("pipe:[1738101]\n"), Some(1738101));
+        assert_eq!(parse_pipe_link("socket:[5]"), None);
+        assert_eq!(parse_pipe_link("/dev/pts/3"), None);
+        assert_eq!(parse_syscall("running\n"), Some(SyscallState::Running));
+        assert_eq!(
+            parse_syscall("-1 0x7ffd1 0x7f2"),
+            Some(SyscallState::Outside)
+        );
+        assert_eq!(
+            parse_syscall(&read_syscall(0)),
+            Some(SyscallState::Blocked {
+                nr: i64::from(libc::SYS_read),
+                arg0: 0
+            })
+        );
+        assert_eq!(
+            parse_syscall("7 0x5556c3f1ad30 0x1 0xffffffff 0x0 0x0 0x0 0x7ffcad1a4e88 0x7f9e"),
+            Some(SyscallState::Blocked {
+                nr: 7,
+                arg0: 0x5556c3f1ad30
+            })
+        );
+        assert_eq!(parse_syscall(""), None);
+        assert!(is_read_syscall(i64::from(libc::SYS_read)));
+        assert!(is_read_syscall(i64::from(libc::SYS_readv)));
+        assert!(!is_read_syscall(i64::from(libc::SYS_wait4)));
+        assert!(!is_read_syscall(i64::from(libc::SYS_write)));
+        let fdinfo =
+            |flags: &str| format!("pos:\t0\nflags:\t{flags}\nmnt_id:\t16\nino:\t1738101\n");
+        assert_eq!(fdinfo_readable(&fdinfo("00")), Some(true));
+        assert_eq!(fdinfo_readable(&fdinfo("02000002")), Some(true));
+        assert_eq!(fdinfo_readable(&fdinfo("01")), Some(false));
+        assert_eq!(fdinfo_readable(&fdinfo("02004001")), Some(false));
+        assert_eq!(fdinfo_readable("pos:\t0\n"), None);
+    }
+
+    #[test]
+    fn a_read_on_the_input_pipe_is_waiting_and_on_another_fd_is_not() {
+        let f = fds(&[(0, "pipe:[1738101]"), (3, "pipe:[42]")]);
+        assert_eq!(
+            judge(b'S', Some(&read_syscall(0)), None, &f, &STDIN),
+            Verdict::Waiting
+        );
+        // A shell reading the pipe of `$(…)` with the input pipe on its fd 0.
+        assert_eq!(
+            judge(b'S', Some(&read_syscall(3)), None, &f, &STDIN),
+            Verdict::NotWaiting
+        );
+        // The fd vanished between the two reads.
+        assert_eq!(
+            judge(b'S', Some(&read_syscall(9)), None, &f, &STDIN),
+            Verdict::Unknown
+        );
+        // Busy, sleeping, waiting for a child, stopped: not waiting.
+        assert_eq!(
+            judge(b'R', Some(&read_syscall(0)), None, &f, &STDIN),
+            Verdict::NotWaiting
+        );
+        let nanosleep = format!(
+            "{} 0x0 0x0 0x7fff1 0x7fff2 0x0 0x0 0x7ff 0x7fa",
+            libc::SYS_clock_nanosleep
+        );
+        assert_eq!(
+            judge(b'S', Some(&nanosleep), None, &f, &STDIN),
+            Verdict::NotWaiting
+        );
+        assert_eq!(
+            judge(b'S', Some("running"), None, &f, &STDIN),
+            Verdict::NotWaiting
+        );
+        assert_eq!(judge(b'T', None, None, &f, &STDIN), Verdict::NotWaiting);
+    }
+
+    #[test]
+    fn without_syscall_the_pipe_wait_counts_only_when_the_input_is_the_only_readable_pipe() {
+        let only_stdin = Fds {
+            readable: Some(vec!["pipe:[1738101]".into()]),
+            ..Fds::default()
+        };
+        let also_other = Fds {
+            readable: Some(vec!["pipe:[1738101]".into(), "pipe:[42]".into()]),
+            ..Fds::default()
+        };
+        let other_only = Fds {
+            readable: Some(vec!["/tmp/fifo".into()]),
+            ..Fds::default()
+        };
+        for wchan in ["anon_pipe_read", "pipe_read\n", "pipe_wait"] {
+            assert_eq!(
+                judge(b'S', None, Some(wchan), &only_stdin, &STDIN),
+                Verdict::Waiting,
+                "{wchan}"
+            );
+        }
+        assert_eq!(
+            judge(b'S', None, Some("anon_pipe_read"), &also_other, &STDIN),
+            Verdict::Unknown
+        );
+        assert_eq!(
+            judge(b'S', None, Some("anon_pipe_read"), &other_only, &STDIN),
+            Verdict::NotWaiting
+        );
+        assert_eq!(
+            judge(b'S', None, Some("do_wait"), &only_stdin, &STDIN),
+            Verdict::NotWaiting
+        );
+        // A kernel that will not say, or files we may not read: unknown, not a guess.
+        assert_eq!(
+            judge(b'S', None, Some("0"), &only_stdin, &STDIN),
+            Verdict::Unknown
+        );
+        assert_eq!(
+            judge(b'S', None, None, &only_stdin, &STDIN),
+            Verdict::Unknown
+        );
+        assert_eq!(
+            judge(b'S', None, Some("pipe_read"), &Fds::default(), &STDIN),
+            Verdict::Unknown
+        );
+    }
+
+    #[test]
+    fn a_tree_waits_when_one_member_does_and_is_unknown_when_one_cannot_be_judged() {
+        use Verdict::*;
+        assert_eq!(combine([NotWaiting, Waiting, Unknown]), Some(true));
+        assert_eq!(combine([NotWaiting, NotWaiting]), Some(false));
+        assert_eq!(combine([NotWaiting, Unknown]), None);
+        assert_eq!(combine([]), Some(false));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_real_shell_reading_its_stdin_pipe_is_found_waiting() {
+        use std::io::Write;
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "read answer; echo \"got $answer\""])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("spawn sh");
+        let shell = super::super::tree::identify(child.id() as i32).expect("identity");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while check_many(&[shell]) != vec![Some(true)] {
+            assert!(std::time::Instant::now() < deadline, "never seen waiting");
+            std::thread::yield_now();
+        }
+        // The same pid with another start time is another process: never judged.
+        let recycled = Identity {
+            start_time: shell.start_time + 1,
+            ..shell
+        };
+        assert_eq!(check_many(&[recycled, shell]), vec![None, Some(true)]);
+        // Rule 2 (wchan and the readable pipes), used where `syscall` is closed to us, sees it
+        // too.
+        let endpoint = linux::endpoint_of(shell.pid).expect("a pipe on fd 0");
+        assert_eq!(
+            linux::judge_without_syscall(shell.pid, &endpoint),
+            Verdict::Waiting
+        );
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(b"yes\n").expect("write");
+        let out = child.wait_with_output().expect("wait");
+        assert_eq!(out.stdout, b"got yes\n");
+    }
+}
