@@ -181,7 +181,12 @@ fn newest_glibc(binary: &Path) -> (u32, u32) {
 #[ignore = "needs target/dist from packaging/release.sh; .ci/run builds it and runs these"]
 fn no_binary_needs_a_glibc_newer_than_2_28() {
     let (_dir, top) = unpacked_tarball();
-    for name in ["mcp-yieldshell", "yieldshelld", "yieldshell-holder", "yieldctl"] {
+    for name in [
+        "mcp-yieldshell",
+        "yieldshelld",
+        "yieldshell-holder",
+        "yieldctl",
+    ] {
         let newest = newest_glibc(&top.join("bin").join(name));
         assert!(
             newest <= (2, 28),
@@ -219,7 +224,12 @@ async fn the_wheel_installs_into_a_clean_venv_and_serves_mcp() {
         ])
         .arg(&wheel));
     let bin_dir = venv.join("bin");
-    for name in ["mcp-yieldshell", "yieldshelld", "yieldshell-holder", "yieldctl"] {
+    for name in [
+        "mcp-yieldshell",
+        "yieldshelld",
+        "yieldshell-holder",
+        "yieldctl",
+    ] {
         assert!(bin_dir.join(name).is_file(), "{name} not in the venv's bin");
     }
     let cmd = installed_shim_command(&bin_dir.join("mcp-yieldshell"), &[], &d);

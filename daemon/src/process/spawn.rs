@@ -511,7 +511,11 @@ mod tests {
             .output()
             .expect("run the test binary");
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert!(stdout.contains("fallback ok"), "{stdout}");
     }
 
@@ -539,7 +543,11 @@ mod tests {
             .read_to_string(&mut out)
             .expect("read stdout");
         assert_eq!(out.trim_end(), target.to_str().expect("utf-8 temp dir"));
-        assert_eq!(std::env::current_dir().expect("cwd"), before, "cwd restored");
+        assert_eq!(
+            std::env::current_dir().expect("cwd"),
+            before,
+            "cwd restored"
+        );
         let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(shell.pid), None);
         println!("fallback ok");
     }
