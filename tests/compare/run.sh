@@ -10,7 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-target="${CARGO_TARGET_DIR:-target}"
+# Absolute: the cases start each server from a scratch directory of their own, where a relative
+# path to a venv's script would not resolve.
+target=$(realpath -m "${CARGO_TARGET_DIR:-target}")
 bin="$target/debug"
 for b in mcp-yieldshell yieldctl yieldshelld; do
     [[ -x "$bin/$b" ]] || { echo "compare: $bin/$b is missing: run cargo build --workspace first" >&2; exit 1; }
