@@ -208,6 +208,22 @@ pub(crate) async fn start(
 }
 
 pub(crate) async fn list(ctx: &Context) -> Result<ListOutput, ToolError> {
+    let jobs = list_as(ctx, |p| JobSummary {
+        job_id: p.process_id.clone(),
+        status: job_status(p),
+        command: String::from_utf8_lossy(&p.command).into_owned(),
+        started: format_unix_ms(p.started_at_unix_ms),
+    })
+    .await?;
+    Ok(ListOutput { jobs })
+}
+
+/// The project's jobs (processes with a client-chosen id), each summarised by `summary`: the one
+/// listing behind both jobs profiles, which word a job differently.
+pub(crate) async fn list_as<T>(
+    ctx: &Context,
+    summary: impl Fn(&pb::ProcessInfo) -> T,
+) -> Result<Vec<T>, ToolError> {
     let req = pb::ListRequest {
         include_completed: true,
         limit: 0,
@@ -219,18 +235,12 @@ pub(crate) async fn list(ctx: &Context) -> Result<ListOutput, ToolError> {
         .list(req)
         .await
         .map_err(|e| ToolError(format!("Failed to list jobs: {}", describe(&e).0)))?;
-    let jobs = resp
+    Ok(resp
         .processes
         .iter()
         .filter(|p| is_client_process_id(&p.process_id))
-        .map(|p| JobSummary {
-            job_id: p.process_id.clone(),
-            status: job_status(p),
-            command: String::from_utf8_lossy(&p.command).into_owned(),
-            started: format_unix_ms(p.started_at_unix_ms),
-        })
-        .collect();
-    Ok(ListOutput { jobs })
+        .map(summary)
+        .collect())
 }
 
 pub(crate) async fn status(ctx: &Context, args: &Args<'_>) -> Result<StatusOutput, ToolError> {

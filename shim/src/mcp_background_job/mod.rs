@@ -30,12 +30,10 @@ use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
 use rmcp::service::RequestContext;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
-use yieldshell_proto::ids::is_client_process_id;
-use yieldshell_proto::pb;
 use yieldshell_proto::views::format_unix_ms;
 
 use crate::args::Args;
-use crate::context::{Context, describe, env_var, schema_object};
+use crate::context::{Context, env_var, schema_object};
 use crate::jobs::{
     ExecuteOutput, JobStatus, ProcessOutput, ToolError, interact, job_status, tools,
 };
@@ -174,33 +172,18 @@ fn pydantic_time(unix_ms: i64) -> String {
 }
 
 async fn list(ctx: &Context) -> Result<ListOutput, ToolError> {
-    let req = pb::ListRequest {
-        include_completed: true,
-        limit: 0,
-        scope: pb::Scope::Project as i32,
-        ..Default::default()
-    };
-    let resp = ctx
-        .session
-        .list(req)
-        .await
-        .map_err(|e| ToolError(format!("Failed to list jobs: {}", describe(&e).0)))?;
-    let jobs = resp
-        .processes
-        .iter()
-        .filter(|p| is_client_process_id(&p.process_id))
-        .map(|p| JobSummary {
-            job_id: p.process_id.clone(),
-            status: job_status(p),
-            // The command as given; the line that ran is its `exec` rewrite.
-            command: if p.name.is_empty() {
-                String::from_utf8_lossy(&p.command).into_owned()
-            } else {
-                p.name.clone()
-            },
-            started: pydantic_time(p.started_at_unix_ms),
-        })
-        .collect();
+    let jobs = tools::list_as(ctx, |p| JobSummary {
+        job_id: p.process_id.clone(),
+        status: job_status(p),
+        // The command as given; the line that ran is its `exec` rewrite.
+        command: if p.name.is_empty() {
+            String::from_utf8_lossy(&p.command).into_owned()
+        } else {
+            p.name.clone()
+        },
+        started: pydantic_time(p.started_at_unix_ms),
+    })
+    .await?;
     Ok(ListOutput { jobs })
 }
 
