@@ -172,6 +172,9 @@ async fn a_holder_killed_gives_lost_and_takes_its_tree_down() {
         .await;
     let pid = c.ready_pids(&id, 1).await[0];
     let holder = holder_of(&d, &id).expect("holder");
+    // Named for what it is in `ps` and `top` (not after the descriptor it was started through).
+    let comm = std::fs::read_to_string(format!("/proc/{}/comm", holder.pid)).expect("comm");
+    assert_eq!(comm.trim_end(), "yieldshell-hold");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(holder.pid),
         nix::sys::signal::Signal::SIGKILL,

@@ -48,6 +48,7 @@ pub fn main() -> std::process::ExitCode {
 }
 
 fn run() -> io::Result<()> {
+    name_this_process();
     // SAFETY: descriptor 3 was set up by the daemon's spawn for us alone.
     let first = UnixStream::from(unsafe { OwnedFd::from_raw_fd(HOLDER_FD) });
     // dup2 cleared close-on-exec: the shell must not inherit the daemon's connection.
@@ -592,5 +593,15 @@ fn write_exit_file(note: ExitNote) {
         std::fs::File::create(&tmp).and_then(|mut f| f.write_all(note.file_text().as_bytes()));
     if written.is_ok() {
         let _ = std::fs::rename(&tmp, EXIT_FILE);
+    }
+}
+
+/// Names the holder `yieldshell-hold` in `ps`/`top`: it is started through `/proc/self/fd/N`, so
+/// the kernel would otherwise name it after the descriptor number ("11").
+fn name_this_process() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes, which this is.
+    unsafe {
+        libc::prctl(libc::PR_SET_NAME, c"yieldshell-hold".as_ptr());
     }
 }
