@@ -125,24 +125,29 @@ impl std::fmt::Debug for Job {
 }
 
 fn write_record(root: &Path, record: &ProcessRecord) -> io::Result<()> {
-    let dir = root.join(&record.process_id);
-    let tmp = dir.join(format!("{RECORD_FILE}.tmp"));
     let json = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
-    // A fresh file every time, never through a symlink planted at the temp path (it is
-    // unlinked, not followed): O_EXCL does not follow a final symlink (RELIABILITY S3).
+    write_private_atomically(&root.join(&record.process_id), RECORD_FILE, &json)
+}
+
+/// Writes `dir/name` whole or not at all (a temp file, then a rename), readable by its owner only
+/// (records and exit statuses say what users ran). The temp file is always a fresh one, never
+/// reached through a symlink planted at its path (it is unlinked, not followed; O_EXCL does not
+/// follow a final symlink: RELIABILITY S3). No fsync: this guards against a dying process, not a
+/// dying machine.
+pub(crate) fn write_private_atomically(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
     match std::fs::remove_file(&tmp) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
-    // Records hold commands and environments' effects: readable by their owner only.
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     let mut f = options.open(&tmp)?;
-    f.write_all(&json)?;
+    f.write_all(bytes)?;
     drop(f);
-    std::fs::rename(&tmp, dir.join(RECORD_FILE))
+    std::fs::rename(&tmp, dir.join(name))
 }
 
 /// How long the writer lets jobs gather before writing them. A quick command queues its

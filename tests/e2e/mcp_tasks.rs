@@ -284,12 +284,9 @@ async fn a_client_without_the_extension_gets_the_classic_answer() {
 #[tokio::test]
 async fn shell_execute_becomes_a_task_when_it_outlives_its_window() {
     let d = TestDaemon::start().await;
-    let (gate, _) = gate(d.dir.path(), "hold");
+    let (gate, wait) = gate(d.dir.path(), "hold");
     let client = connect(profile_command(&d, "shell", &[("ALLOW_COMMANDS", "sh")])).await;
-    let script = format!(
-        "while [ -e {} ]; do sleep 0.02; done; echo shell-done; exit 4",
-        gate.display()
-    );
+    let script = format!("{wait}; echo shell-done; exit 4");
     let id = task_id(
         call(
             &client,

@@ -12,14 +12,12 @@ use crate::mcp::{Mcp, body, is_error};
 /// A "server" that prints its URL only once the test removes `gate`; `started` tells the test it
 /// is waiting there.
 fn gated_server(d: &TestDaemon) -> (std::path::PathBuf, std::path::PathBuf, String) {
-    let gate = d.dir.path().join("gate");
+    let (gate, wait) = crate::mcp::gate(d.dir.path(), "gate");
     let started = d.dir.path().join("started");
-    std::fs::write(&gate, b"").expect("gate");
     let command = format!(
-        "echo booting; touch {started}; while [ -e {gate} ]; do sleep 0.02; done; \
+        "echo booting; touch {started}; {wait}; \
          echo 'listening on http://127.0.0.1:8080'; exec sleep 600",
         started = started.display(),
-        gate = gate.display()
     );
     (gate, started, command)
 }

@@ -288,6 +288,8 @@ impl Holder {
             let mut fds = Vec::with_capacity(5);
             #[cfg(target_os = "linux")]
             fds.push(readable(&self.signals));
+            // Exits are news only when the signalfd says so (without one: every wake-up).
+            let signals_at = cfg!(target_os = "linux").then_some(0);
             let listener_at = self.listener.as_ref().map(|l| {
                 fds.push(readable(l));
                 fds.len() - 1
@@ -330,9 +332,12 @@ impl Holder {
             let conn_ready = ready(conn_at);
             let listener_ready = ready(listener_at);
             let pipes_ready = [ready(pipe_at[0]), ready(pipe_at[1])];
+            let children_changed = signals_at.is_none() || ready(signals_at);
             drop(fds);
-            self.drain_signals();
-            self.reap();
+            if children_changed {
+                self.drain_signals();
+                self.reap();
+            }
             for (i, r) in pipes_ready.into_iter().enumerate() {
                 if r {
                     self.read_pipe(i, &mut buf);
@@ -583,17 +588,15 @@ impl Holder {
     }
 }
 
-/// Records the exit status where a daemon that was not there to see it finds it (atomically:
-/// written aside, then renamed).
+/// Records the exit status where a daemon that was not there to see it finds it (the holder's
+/// directory is the process directory). No fsync: an fsync would add milliseconds to every short
+/// command's `exec`.
 fn write_exit_file(note: ExitNote) {
-    let tmp = format!("{EXIT_FILE}.tmp");
-    // No fsync: this guards against the daemon's death, not the machine's, and an fsync would
-    // add milliseconds to every short command's `exec`.
-    let written =
-        std::fs::File::create(&tmp).and_then(|mut f| f.write_all(note.file_text().as_bytes()));
-    if written.is_ok() {
-        let _ = std::fs::rename(&tmp, EXIT_FILE);
-    }
+    let _ = crate::record::write_private_atomically(
+        std::path::Path::new("."),
+        EXIT_FILE,
+        note.file_text().as_bytes(),
+    );
 }
 
 /// Names the holder `yieldshell-hold` in `ps`/`top`: it is started through `/proc/self/fd/N`, so

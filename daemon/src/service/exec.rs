@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -478,8 +479,8 @@ fn start(
         cwd: os_bytes(facts.cwd.as_os_str()),
         env: req
             .env
-            .iter()
-            .map(|(k, v)| (os_bytes(k), os_bytes(v)))
+            .into_iter()
+            .map(|(k, v)| (k.into_vec(), v.into_vec()))
             .collect(),
         redact: req.redactor.as_ref().map_or_else(Vec::new, |r| {
             r.pairs().map(|(s, r)| (s.to_vec(), r.to_vec())).collect()

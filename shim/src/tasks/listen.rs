@@ -182,15 +182,25 @@ impl TaskSubscriptions {
         });
     }
 
+    /// The live streams that name `task_id`.
+    fn naming(&self, task_id: &str) -> Vec<(RequestId, Peer<RoleServer>)> {
+        let registry = self.lock();
+        registry
+            .streams
+            .iter()
+            .filter(|(id, _)| {
+                registry
+                    .task_ids
+                    .get(*id)
+                    .is_some_and(|ids| ids.iter().any(|t| t == task_id))
+            })
+            .map(|(id, peer)| (id.clone(), peer.clone()))
+            .collect()
+    }
+
     /// Whether any live stream names `task_id`.
     fn listened(&self, task_id: &str) -> bool {
-        let registry = self.lock();
-        registry.streams.keys().any(|id| {
-            registry
-                .task_ids
-                .get(id)
-                .is_some_and(|ids| ids.iter().any(|t| t == task_id))
-        })
+        !self.naming(task_id).is_empty()
     }
 
     /// Long-polls the daemon until the task's process ends (`true`), or until nobody listens
@@ -230,20 +240,7 @@ impl TaskSubscriptions {
         let Ok(task) = super::detailed(tools, task_id).await else {
             return;
         };
-        let targets: Vec<(RequestId, Peer<RoleServer>)> = {
-            let registry = self.lock();
-            registry
-                .streams
-                .iter()
-                .filter(|(id, _)| {
-                    registry
-                        .task_ids
-                        .get(*id)
-                        .is_some_and(|ids| ids.iter().any(|t| t == task_id))
-                })
-                .map(|(id, peer)| (id.clone(), peer.clone()))
-                .collect()
-        };
+        let targets = self.naming(task_id);
         for (subscription, peer) in targets {
             let mut notification = ServerNotification::TaskStatusNotification(
                 TaskStatusNotification::new(TaskStatusNotificationParams::new(task.clone())),

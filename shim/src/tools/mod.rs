@@ -140,18 +140,18 @@ pub fn respond(body: Value) -> CallToolResult {
 /// Leaves the `process_id` echo out of the text block when it is the id the call was given: the
 /// model wrote it itself. `structuredContent` keeps it (bodies always echo the id).
 fn without_echo(mut result: CallToolResult, id: &str) -> CallToolResult {
-    for block in &mut result.content {
-        let Some(text) = block.as_text() else {
-            continue;
-        };
-        let Ok(Value::Object(mut m)) = serde_json::from_str::<Value>(&text.text) else {
-            continue;
-        };
-        if m.get("process_id").and_then(Value::as_str) == Some(id) {
-            m.remove("process_id");
-            *block = ContentBlock::text(Value::Object(m).to_string());
-        }
+    // Rebuilt from the structured body (the text block is its lean copy), not by parsing the text.
+    let Some(body) = &result.structured_content else {
+        return result;
+    };
+    if body.get("process_id").and_then(Value::as_str) != Some(id) {
+        return result;
     }
+    let mut text = lean(body);
+    if let Value::Object(m) = &mut text {
+        m.remove("process_id");
+    }
+    result.content = vec![ContentBlock::text(text.to_string())];
     result
 }
 
