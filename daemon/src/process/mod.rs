@@ -438,6 +438,11 @@ impl ManagedProcess {
             spool_dropped_bytes: spool_dropped,
             // Needs a `/proc` check off the runtime: the RPC handlers add it (`input_wait`).
             waiting_for_input: None,
+            // Terminal mode (DESIGN §9) is not built yet: every process runs on pipes.
+            tty: false,
+            echo_off: None,
+            cols: 0,
+            rows: 0,
         }
     }
 

@@ -61,6 +61,7 @@ pub(super) async fn read(
     Ok(pb::ReadResponse {
         process: Some(process),
         output: Some(output_to_pb(out)),
+        screen: None,
     })
 }
 
