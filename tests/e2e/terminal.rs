@@ -485,6 +485,8 @@ async fn the_mcp_tools_run_a_repl_on_a_terminal() {
     })
     .await;
     assert_eq!(prompt["cursor"], json!([0, 4]), "{prompt}");
+    // Its line editor turned echo off in raw mode and echoes itself: not a password prompt.
+    assert!(prompt.get("echo_off").is_none(), "{prompt}");
     let w = body(
         &mcp.call(
             "write",

@@ -323,7 +323,7 @@ pub(super) async fn exec(
         },
     }
     let mut resp = pb::ExecResponse {
-        matched_line,
+        matched_line: proc.answer_text(matched_line),
         matched_seq,
         ..respond(&proc, max_out, yield_ms)
     };

@@ -513,6 +513,7 @@ pub(super) async fn wait(
     )
     .await?;
     let (result, matched_line, matched_seq) = outcome_fields(outcome);
+    let matched_line = proc.answer_text(matched_line);
     Ok(pb::WaitResponse {
         process: Some(process),
         output: Some(proc.answer_output(output_to_pb(out), false)),
@@ -575,6 +576,7 @@ pub(super) async fn write_until(
     )
     .await?;
     let (result, matched_line, matched_seq) = outcome_fields(outcome);
+    let matched_line = proc.answer_text(matched_line);
     Ok(pb::WriteResponse {
         ok: true,
         bytes_written: written as u64,
