@@ -4,6 +4,7 @@
 mod helper;
 mod mcp;
 
+mod attach;
 mod cli;
 mod client_robustness;
 mod daemon_exec;
