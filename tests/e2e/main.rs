@@ -41,3 +41,4 @@ mod remote_ssh;
 mod session_reconnect;
 mod shim;
 mod shim_jsonrpc;
+mod terminal;

@@ -13,10 +13,12 @@
 //!
 //! The wire between daemon and holder is a stream of frames, `[u32 LE length][kind][payload]`
 //! (length counts the kind byte and the payload). The holder's first frame on every connection is
-//! [`Hello`], sent with the stdin pipe's write end (SCM_RIGHTS) while stdin is open.
+//! [`Hello`], sent with the stdin pipe's write end (SCM_RIGHTS) while stdin is open — or, for
+//! a terminal process, a duplicate of the PTY master ([`terminal`]).
 
 pub mod link;
 pub mod serve;
+pub mod terminal;
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -237,6 +239,8 @@ pub struct HoldSpec {
     pub redact: Vec<(Vec<u8>, Vec<u8>)>,
     /// Spool cap in bytes (0: no spool).
     pub spool_cap: u64,
+    /// Run on a new pseudo-terminal of this size (DESIGN §9) instead of pipes.
+    pub terminal: Option<terminal::TermSize>,
 }
 
 impl HoldSpec {
@@ -255,6 +259,10 @@ impl HoldSpec {
         e = e.u64(self.redact.len() as u64);
         for (s, r) in &self.redact {
             e = e.bytes(s).bytes(r);
+        }
+        // Last and optional, so a spec without it reads as before.
+        if let Some(size) = self.terminal {
+            e = e.u8(1).u64(u64::from(size.cols)).u64(u64::from(size.rows));
         }
         e.finish()
     }
@@ -277,7 +285,18 @@ impl HoldSpec {
         };
         let env = pairs(&mut d)?;
         let redact = pairs(&mut d)?;
+        let terminal = if d.0.is_empty() {
+            None
+        } else {
+            d.u8()?;
+            let cell = |v: u64| u16::try_from(v).map_err(|_| short());
+            Some(terminal::TermSize {
+                cols: cell(d.u64()?)?,
+                rows: cell(d.u64()?)?,
+            })
+        };
         Ok(HoldSpec {
+            terminal,
             process_id,
             dir,
             command,
@@ -376,6 +395,9 @@ pub struct Hello {
     pub dropped: u64,
     /// Whether stdin is open (its write end comes with the frame).
     pub stdin_open: bool,
+    /// The process runs on a terminal: the descriptor that comes with the frame is a duplicate
+    /// of its PTY master, not a pipe.
+    pub terminal: bool,
 }
 
 impl Hello {
@@ -393,7 +415,7 @@ impl Hello {
             Some(x) => x.put(e),
             None => e.u8(0).i64(0).i64(0),
         };
-        e.finish()
+        e.u8(u8::from(self.terminal)).finish()
     }
 
     /// Reads a [`Kind::Hello`] payload.
@@ -409,6 +431,8 @@ impl Hello {
             dropped: d.u64()?,
             stdin_open: d.u8()? != 0,
             exit: ExitNote::get(&mut d)?,
+            // Absent from a holder of an earlier version: pipes.
+            terminal: d.u8().is_ok_and(|b| b != 0),
         })
     }
 }
@@ -547,6 +571,7 @@ mod tests {
             env: vec![(b"A".to_vec(), vec![0xfe, b'='])],
             redact: vec![(b"hunter2hunter2".to_vec(), b"[REDACTED:PW]".to_vec())],
             spool_cap: 64 << 20,
+            terminal: None,
         };
         let (kind, body) = payload(&spec.encode());
         assert_eq!(kind, Kind::Spec);
@@ -556,6 +581,18 @@ mod tests {
         assert_eq!(back.env, spec.env);
         assert_eq!(back.redact, spec.redact);
         assert_eq!(back.spool_cap, spec.spool_cap);
+        assert_eq!(back.terminal, None);
+        let tty = HoldSpec {
+            terminal: Some(terminal::TermSize {
+                cols: 132,
+                rows: 43,
+            }),
+            ..spec
+        };
+        let (_, body) = payload(&tty.encode());
+        let back = HoldSpec::decode(&body).expect("decode");
+        assert_eq!(back.terminal, tty.terminal);
+        assert_eq!(back.redact, tty.redact);
     }
 
     #[test]
@@ -572,6 +609,7 @@ mod tests {
             eof: 3,
             dropped: 5,
             stdin_open: false,
+            terminal: true,
         };
         let (kind, body) = payload(&hello.encode());
         assert_eq!(kind, Kind::Hello);

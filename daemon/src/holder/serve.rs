@@ -92,7 +92,12 @@ fn run() -> io::Result<()> {
             .collect(),
         process_id: spec.process_id.clone(),
     };
-    let shell = match spawn_shell(&shell_spec) {
+    let terminal = spec.terminal.is_some();
+    let started = match spec.terminal {
+        Some(size) => super::terminal::start(&shell_spec, size),
+        None => spawn_shell(&shell_spec),
+    };
+    let shell = match started {
         Ok(s) => s,
         Err(e) => {
             let frame = super::Encoder::new(Kind::Failed)
@@ -111,7 +116,9 @@ fn run() -> io::Result<()> {
         shell: identity,
         holder_pid: std::process::id() as i32,
         stdin: Some(shell.stdin),
-        pipes: [Some(shell.stdout), Some(shell.stderr)],
+        // A terminal is one stream: its "stderr" is at EOF from the start.
+        pipes: [Some(shell.stdout), (!terminal).then_some(shell.stderr)],
+        terminal,
         redact: [
             redactor.clone().map(RedactStream::new),
             redactor.map(RedactStream::new),
@@ -218,8 +225,11 @@ struct Holder {
     holder_pid: i32,
     /// The holder's copy of stdin's write end: it keeps stdin open while no daemon runs.
     stdin: Option<OwnedFd>,
-    /// stdout, stderr; `None` at EOF.
+    /// stdout, stderr; `None` at EOF. A terminal's master is its stdout (`EIO` after the
+    /// last slave closes ends it like EOF), and it has no stderr.
     pipes: [Option<OwnedFd>; 2],
+    /// Runs on a terminal (`stdin` is then a duplicate of the master).
+    terminal: bool,
     redact: [Option<RedactStream>; 2],
     spool: Option<(SpoolBuffer, SpoolFiles)>,
     next_seq: u64,
@@ -257,6 +267,7 @@ impl Holder {
             eof: u8::from(self.pipes[0].is_none()) | (u8::from(self.pipes[1].is_none()) << 1),
             dropped: self.spool_lost(),
             stdin_open: self.stdin.is_some(),
+            terminal: self.terminal,
         }
     }
 

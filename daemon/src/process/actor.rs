@@ -45,9 +45,10 @@ use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::io::stdin_writer;
+use super::io::{StdinSink, stdin_writer};
 use super::reaper::ExitHow;
 use super::stop::{Interrupted, StopRun, Tick};
+use super::terminal::{MasterWriter, Terminal};
 use super::tree::{self, Identity, ProcessTree, SystemTree};
 use super::{
     Control, ManagedProcess, ProcState, ProcessFacts, Status, StdinWrite, StopOutcome, StopReason,
@@ -113,11 +114,18 @@ pub fn launch(
     let started = now.checked_sub(age).unwrap_or(now);
     let identity = held.shell();
     let link = Link::run(held.sock, output.clone(), &held.hello)?;
-    let stdin = match held.stdin {
-        Some(fd) => Some(pipe::Sender::from_owned_fd(fd)?),
-        None => None,
+    // A terminal process's "stdin" is a duplicate of its PTY master (`holder::terminal`).
+    let (stdin, terminal): (Option<StdinSink>, _) = match held.stdin {
+        Some(fd) if held.hello.terminal => {
+            let term = Arc::new(Terminal::new(fd.try_clone()?, &output));
+            super::terminal::spawn_feeder(term.clone(), output.clone());
+            (Some(Box::new(MasterWriter::new(fd)?)), Some(term))
+        }
+        Some(fd) => (Some(Box::new(pipe::Sender::from_owned_fd(fd)?)), None),
+        None => (None, None),
     };
-    let (proc, control_rx, stdin_rx) = managed(facts, identity, started, output, running_slot);
+    let (proc, control_rx, stdin_rx) =
+        managed(facts, identity, started, output, running_slot, terminal);
     let control = link.control.clone();
     let output_done = link.output_done;
     let detach = ctx.detach.clone();
@@ -180,6 +188,7 @@ fn managed(
     started: std::time::Instant,
     output: Arc<OutputLog>,
     running_slot: crate::limits::RunningSlot,
+    terminal: Option<Arc<Terminal>>,
 ) -> (
     Arc<ManagedProcess>,
     mpsc::Receiver<Control>,
@@ -196,6 +205,7 @@ fn managed(
         control: std::sync::Mutex::new(Some(control_tx)),
         stdin: std::sync::Mutex::new(Some(stdin_tx)),
         running_slot: std::sync::Mutex::new(Some(running_slot)),
+        terminal,
     });
     (proc, control_rx, stdin_rx)
 }

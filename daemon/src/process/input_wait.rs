@@ -24,10 +24,17 @@
 //! the session (`setsid`) are not seen: they report `false`. A process reading a pipe it got some
 //! other way while also holding the input pipe, judged by rule 2, reports `None`.
 //!
-//! # Terminal mode (later)
-//! A terminal process plugs in as another [`InputEndpoint`]: the fd link is the terminal
-//! (`/dev/pts/N`), only members of the terminal's foreground process group count, its read wait
-//! is `n_tty_read`/`wait_woken`, and `echo_off` comes from the terminal's termios `ECHO` bit.
+//! # Terminal mode
+//! A terminal process is the [`InputEndpoint::Terminal`] on the shell's fd 0 (`/dev/pts/N`). A
+//! member waits for input when blocked reading an fd that links to that terminal or to
+//! `/dev/tty` (its controlling terminal, which for a member of the shell's session is this one:
+//! `getpass`, `ssh` and `sudo` read there); without `syscall`, when its `wchan` is `n_tty_read`
+//! (a kernel that shows only `wait_woken` there leaves it unknown). Every member of the session
+//! is judged rather than only the foreground process group: a background member that reads
+//! the terminal is stopped by SIGTTIN (state `T`), so it never counts anyway. `echo_off` is the
+//! terminal's termios `ECHO` bit, read through the master (`ManagedProcess::info_of`). A
+//! program that waits in `select`/`poll` on the terminal (Python's REPL with GNU readline,
+//! shells with line editing) is not seen, as in pipe mode.
 //!
 //! # Cost
 //! One check reads the shell's fd 0 link, `stat` and `syscall`, and the same per member of its
@@ -63,6 +70,11 @@ pub enum InputEndpoint {
         /// The pipe's inode, as in `pipe:[inode]`.
         inode: u64,
     },
+    /// A terminal (terminal-mode stdin), by its slave's path.
+    Terminal {
+        /// `/dev/pts/N`.
+        path: String,
+    },
 }
 
 impl InputEndpoint {
@@ -70,6 +82,7 @@ impl InputEndpoint {
     fn is_link(&self, link: &str) -> bool {
         match self {
             InputEndpoint::Pipe { inode } => parse_pipe_link(link) == Some(*inode),
+            InputEndpoint::Terminal { path } => link == path || link == "/dev/tty",
         }
     }
 
@@ -80,6 +93,7 @@ impl InputEndpoint {
             InputEndpoint::Pipe { .. } => {
                 matches!(wchan.trim(), "pipe_read" | "anon_pipe_read" | "pipe_wait")
             }
+            InputEndpoint::Terminal { .. } => wchan.trim() == "n_tty_read",
         }
     }
 }
@@ -198,8 +212,19 @@ pub fn judge(
     let Some(wchan) = wchan.map(str::trim).filter(|w| !w.is_empty() && *w != "0") else {
         return Verdict::Unknown;
     };
+    if let InputEndpoint::Terminal { .. } = endpoint
+        && wchan == "wait_woken"
+    {
+        // Where newer kernels leave a terminal read (and many other waits): cannot be told.
+        return Verdict::Unknown;
+    }
     if !endpoint.is_read_wait(wchan) {
         return Verdict::NotWaiting;
+    }
+    if let InputEndpoint::Terminal { .. } = endpoint {
+        // Only a terminal read sleeps in n_tty_read, and a member of the session has no
+        // terminal but this one (a terminal of its own would have taken a new session).
+        return Verdict::Waiting;
     }
     match fds.readable_pipes() {
         Some(pipes) if !pipes.is_empty() && pipes.iter().all(|l| endpoint.is_link(l)) => {
@@ -282,9 +307,13 @@ mod linux {
         judge(state, None, wchan.as_deref(), &ProcFds(pid), endpoint)
     }
 
-    /// The endpoint on the shell's fd 0, if it is a pipe.
+    /// The endpoint on the shell's fd 0, if it is a pipe or a terminal.
     pub(super) fn endpoint_of(shell: i32) -> Option<InputEndpoint> {
-        let inode = parse_pipe_link(&ProcFds(shell).link(0)?)?;
+        let link = ProcFds(shell).link(0)?;
+        if link.starts_with("/dev/pts/") {
+            return Some(InputEndpoint::Terminal { path: link });
+        }
+        let inode = parse_pipe_link(&link)?;
         Some(InputEndpoint::Pipe { inode })
     }
 

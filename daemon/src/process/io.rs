@@ -1,4 +1,5 @@
-//! The process's stdin writer (its output comes from the holder: `holder::link`).
+//! The process's stdin writer (its output comes from the holder: `holder::link`): a pipe, or
+//! for a terminal process the PTY master (`terminal::MasterWriter`).
 //!
 //! It runs beside the actor and never touches [`ProcState`](super::ProcState): it serialises
 //! `write` requests, so a process that stops reading its input blocks only the writer (with a
@@ -8,8 +9,7 @@
 
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
-use tokio::net::unix::pipe;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use yieldshell_proto::errors::ErrorKind;
@@ -21,6 +21,9 @@ use crate::holder::link::HolderControl;
 /// How long a write to stdin may block before it is reported as not accepted.
 const STDIN_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Where input goes: the stdin pipe, or a terminal's master.
+pub(super) type StdinSink = Box<dyn AsyncWrite + Send + Unpin>;
+
 /// Writes `requests` to the process's stdin in order, until the actor closes it (`close`) or
 /// every sender is gone.
 ///
@@ -28,7 +31,7 @@ const STDIN_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// is not reading) is answered at once with `stdin_busy` instead of queueing silently behind it,
 /// so no `write` ever waits longer than its own [`STDIN_WRITE_TIMEOUT`].
 pub(super) async fn stdin_writer(
-    mut pipe: Option<pipe::Sender>,
+    mut pipe: Option<StdinSink>,
     mut requests: mpsc::Receiver<StdinWrite>,
     close: CancellationToken,
     holder: HolderControl,

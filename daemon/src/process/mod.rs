@@ -12,6 +12,7 @@ mod io;
 pub mod reaper;
 pub mod spawn;
 mod stop;
+pub mod terminal;
 pub mod tree;
 
 use std::path::PathBuf;
@@ -182,6 +183,8 @@ pub struct ManagedProcess {
     control: std::sync::Mutex<Option<mpsc::Sender<Control>>>,
     stdin: std::sync::Mutex<Option<mpsc::Sender<StdinWrite>>>,
     running_slot: std::sync::Mutex<Option<crate::limits::RunningSlot>>,
+    /// Terminal mode (DESIGN §9): the PTY master and the rendered screen; `None` on pipes.
+    pub terminal: Option<Arc<terminal::Terminal>>,
 }
 
 /// What never changes about a process: shared by its handle, its actor and its records.
@@ -285,6 +288,8 @@ impl ManagedProcess {
             control: std::sync::Mutex::new(None),
             stdin: std::sync::Mutex::new(None),
             running_slot: std::sync::Mutex::new(None),
+            // An ended process's terminal is gone with it.
+            terminal: None,
         }
     }
 
@@ -306,6 +311,9 @@ impl ManagedProcess {
             .unwrap_or_else(|e| e.into_inner())
             .take();
         self.stdin.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = self.terminal.as_ref() {
+            t.release();
+        }
     }
 
     /// Current state.
@@ -360,7 +368,16 @@ impl ManagedProcess {
     /// Hands a write to the stdin writer without waiting for it; the receiver answers once it
     /// is written (or why not). Synchronous, so that nothing sent later (a `write` after an
     /// `exec` that carried `stdin`) can overtake it.
-    pub fn queue_stdin(&self, data: Vec<u8>, eof: bool) -> Result<StdinAnswer, Error> {
+    ///
+    /// On a terminal `eof` sends the EOF character (`VEOF`, Ctrl-D) after `data` instead of
+    /// closing anything: a terminal's input has no end, its line discipline makes one.
+    pub fn queue_stdin(&self, mut data: Vec<u8>, mut eof: bool) -> Result<StdinAnswer, Error> {
+        if let Some(t) = self.terminal.as_ref()
+            && eof
+        {
+            data.push(t.modes().map_or(4, |m| m.eof_char));
+            eof = false;
+        }
         let stdin = self
             .stdin
             .lock()
@@ -402,12 +419,22 @@ impl ManagedProcess {
         self.info_of(&self.state())
     }
 
+    /// `out` as answers give it: for a terminal process, the text without escape sequences
+    /// (`terminal::plain_text`) unless `raw`; sequence numbers stay those of the raw log.
+    pub fn answer_output(&self, mut out: pb::Output, raw: bool) -> pb::Output {
+        if self.terminal.is_some() && !raw {
+            out.stdout = terminal::plain_text(&out.stdout);
+        }
+        out
+    }
+
     /// The control-plane description of `state` (read earlier, so that a response can take the
     /// state before the output it also carries: then the output is at least as new as the
     /// status says). Reports the state as [`ProcState::reported`] does.
     pub fn info_of(&self, state: &ProcState) -> pb::ProcessInfo {
         let state = state.reported();
         let (out, err) = self.output.totals();
+        let size = self.terminal.as_ref().and_then(|t| t.size());
         let (spool_dropped, _) = self.output.spool_health();
         pb::ProcessInfo {
             process_id: self.facts.id.clone(),
@@ -438,11 +465,16 @@ impl ManagedProcess {
             spool_dropped_bytes: spool_dropped,
             // Needs a `/proc` check off the runtime: the RPC handlers add it (`input_wait`).
             waiting_for_input: None,
-            // Terminal mode (DESIGN §9) is not built yet: every process runs on pipes.
-            tty: false,
-            echo_off: None,
-            cols: 0,
-            rows: 0,
+            tty: self.terminal.is_some(),
+            // The terminal's ECHO bit, while something runs on it (one ioctl on the master).
+            echo_off: self
+                .terminal
+                .as_ref()
+                .filter(|_| state.status == Status::Running)
+                .and_then(|t| t.modes())
+                .map(|m| m.echo_off),
+            cols: size.map_or(0, |s| u32::from(s.cols)),
+            rows: size.map_or(0, |s| u32::from(s.rows)),
         }
     }
 

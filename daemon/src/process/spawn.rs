@@ -105,10 +105,9 @@ fn cstring(b: Vec<u8>, what: &str) -> io::Result<CString> {
     })
 }
 
-/// Starts `sh -c COMMAND` (the caller reaps it: the holder, whose child it is).
+/// `sh -c COMMAND`'s argv, envp (with the process marker) and working directory.
 #[cfg(target_os = "linux")]
-pub fn spawn_shell(spec: &SpawnSpec) -> io::Result<Shell> {
-    use std::os::fd::AsRawFd;
+fn shell_strings(spec: &SpawnSpec) -> io::Result<([CString; 3], Vec<CString>, CString)> {
     use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
     let argv = [
@@ -134,6 +133,44 @@ pub fn spawn_shell(spec: &SpawnSpec) -> io::Result<Shell> {
         spec.cwd.as_os_str().as_bytes().to_vec(),
         "working directory",
     )?;
+    Ok((argv, envp, cwd))
+}
+
+/// Starts `sh -c COMMAND` on the terminal whose slave is `slave` (DESIGN §9): in a new session
+/// whose controlling terminal it is, as fds 0, 1 and 2. Returns the shell's pid (the caller, the
+/// holder, reaps it). The slave is opened by the spawn itself, after its `setsid`: a session
+/// leader without a terminal that opens one (no `O_NOCTTY`) acquires it on Linux, which glibc's
+/// `posix_spawn` has no `TIOCSCTTY` action for; the caller never holds the slave open, so the
+/// master reads EIO once the last process of the terminal has closed it.
+#[cfg(target_os = "linux")]
+pub fn spawn_shell_on_terminal(spec: &SpawnSpec, slave: &std::path::Path) -> io::Result<i32> {
+    use std::os::unix::ffi::OsStrExt;
+    let (argv, envp, cwd) = shell_strings(spec)?;
+    let slave = cstring(slave.as_os_str().as_bytes().to_vec(), "terminal path")?;
+    posix_spawn_session(
+        &argv[0],
+        &argv,
+        &envp,
+        Some(&slave),
+        &[(0, 1), (0, 2)],
+        Some(&cwd),
+    )
+}
+
+/// Terminal mode needs `posix_spawn`'s Linux semantics (see the Linux version).
+#[cfg(not(target_os = "linux"))]
+pub fn spawn_shell_on_terminal(_spec: &SpawnSpec, _slave: &std::path::Path) -> io::Result<i32> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "terminal mode (tty=true) is only supported on Linux",
+    ))
+}
+
+/// Starts `sh -c COMMAND` (the caller reaps it: the holder, whose child it is).
+#[cfg(target_os = "linux")]
+pub fn spawn_shell(spec: &SpawnSpec) -> io::Result<Shell> {
+    use std::os::fd::AsRawFd;
+    let (argv, envp, cwd) = shell_strings(spec)?;
     // Close-on-exec pipes: the child gets them only as its 0, 1 and 2 (dup2 clears the flag).
     let (stdin_r, stdin_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let (stdout_r, stdout_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
@@ -142,6 +179,7 @@ pub fn spawn_shell(spec: &SpawnSpec) -> io::Result<Shell> {
         &argv[0],
         &argv,
         &envp,
+        None,
         &[
             (stdin_r.as_raw_fd(), 0),
             (stdout_w.as_raw_fd(), 1),
@@ -183,6 +221,7 @@ pub fn spawn_holder(reaper: &Reaper, sock: &impl std::os::fd::AsRawFd) -> io::Re
             &program,
             &argv,
             &[],
+            None,
             &[(sock.as_raw_fd(), crate::holder::HOLDER_FD)],
             None,
         )?;
@@ -220,12 +259,15 @@ pub fn holder_program() -> Option<i32> {
 }
 
 /// `posix_spawn` of `program` in a new session, with an empty signal mask, every signal at its
-/// default, `dups` (`from → to`) applied and, when given, `cwd` as working directory.
+/// default, `terminal` (when given) opened read-write as fd 0 after the `setsid` (so it becomes
+/// the controlling terminal), then `dups` (`from → to`) applied and, when given, `cwd` as
+/// working directory.
 #[cfg(target_os = "linux")]
 fn posix_spawn_session(
     program: &CString,
     argv: &[CString],
     envp: &[CString],
+    terminal: Option<&CString>,
     dups: &[(i32, i32)],
     cwd: Option<&CString>,
 ) -> io::Result<i32> {
@@ -265,6 +307,17 @@ fn posix_spawn_session(
             *words |= (1u64 << 31) | (1u64 << 32);
         }
         check(libc::posix_spawnattr_setsigdefault(attr, &all))?;
+        // glibc runs the file actions after POSIX_SPAWN_SETSID, so this open makes the terminal
+        // the new session's controlling terminal.
+        if let Some(path) = terminal {
+            check(libc::posix_spawn_file_actions_addopen(
+                actions,
+                0,
+                path.as_ptr(),
+                libc::O_RDWR,
+                0,
+            ))?;
+        }
         for (from, to) in dups {
             check(libc::posix_spawn_file_actions_adddup2(actions, *from, *to))?;
         }

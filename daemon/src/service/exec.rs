@@ -21,11 +21,12 @@ use super::{
 };
 use crate::holder::HoldSpec;
 use crate::holder::link;
+use crate::holder::terminal::TermSize;
 use crate::output::{OutputLog, ReadQuery, StreamFilter};
 use crate::policy::Refusal;
 use crate::policy::redact::Redactor;
 use crate::process::actor::{self, ActorContext};
-use crate::process::{ManagedProcess, ProcessFacts, Status, input_wait, new_process_id};
+use crate::process::{ManagedProcess, ProcessFacts, Status, input_wait, new_process_id, terminal};
 use crate::session::{Session, check_env_size};
 
 fn refused(r: Refusal) -> pb::ExecResponse {
@@ -197,10 +198,18 @@ pub(super) async fn exec(
         Ok(c) => c,
         Err(r) => return Ok(refused(r)),
     };
-    let env = match merged_env(&session, &req.env) {
+    let mut env = match merged_env(&session, &req.env) {
         Ok(e) => e,
         Err(r) => return Ok(refused(r)),
     };
+    let terminal = match terminal_of(&req) {
+        Ok(t) => t,
+        Err(r) => return Ok(refused(r)),
+    };
+    // A program on a terminal looks at TERM to decide how to draw; the emulator is an xterm.
+    if terminal.is_some() && !env.iter().any(|(k, _)| k == "TERM") {
+        env.push(("TERM".into(), "xterm-256color".into()));
+    }
     // A documented cap, not a refusal: the session's max_yield_ms (itself never above
     // MAX_DURATION_MS here, whatever the session sent).
     let yield_ms = req
@@ -241,6 +250,7 @@ pub(super) async fn exec(
         env,
         redactor,
         timeout,
+        terminal,
     };
     let (svc_for_start, session_for_start) = (svc.clone(), session.clone());
     let started =
@@ -378,6 +388,27 @@ struct StartRequest {
     env: Vec<(OsString, OsString)>,
     redactor: Option<Arc<Redactor>>,
     timeout: Option<Duration>,
+    terminal: Option<TermSize>,
+}
+
+/// The terminal an `exec` asks for (`tty`, with `cols`/`rows` or the default size); sizes
+/// given without `tty` are refused rather than ignored.
+fn terminal_of(req: &pb::ExecRequest) -> Result<Option<TermSize>, Refusal> {
+    let invalid = |message: String| Refusal {
+        kind: ErrorKind::InvalidArgument,
+        message,
+    };
+    if !req.tty {
+        if req.cols.is_some() || req.rows.is_some() {
+            return Err(invalid(
+                "cols/rows size a terminal: pass tty=true with them".to_string(),
+            ));
+        }
+        return Ok(None);
+    }
+    terminal::requested_size(req.cols, req.rows, terminal::DEFAULT_SIZE)
+        .map(Some)
+        .map_err(invalid)
 }
 
 /// Starts and registers a process (blocking: runs on a blocking thread).
@@ -487,6 +518,7 @@ fn start(
         }),
         // spool_max_bytes = 0 turns the disk spool off.
         spool_cap,
+        terminal: req.terminal,
     };
     let held = link::start(&d.holders, &spec);
     let pool = d.holders.clone();
@@ -549,7 +581,7 @@ fn respond(proc: &ManagedProcess, max_out: usize, yield_ms: u64) -> pb::ExecResp
     pb::ExecResponse {
         status: status as i32,
         process: Some(process),
-        output: Some(output_to_pb(out)),
+        output: Some(proc.answer_output(output_to_pb(out), false)),
         yield_ms,
         ..Default::default()
     }

@@ -55,13 +55,33 @@ pub(super) async fn read(
     };
     // State first, output second: if the process ends in between, the output is at least as new
     // as the status says.
+    if req.screen && proc.terminal.is_none() {
+        return Err(ErrorKind::InvalidArgument.status(format!(
+            "{} runs on pipes, not a terminal: screen=true needs a process started with tty=true",
+            proc.facts.id
+        )));
+    }
     let mut process = proc.info();
     input_wait::annotate([(&*proc, &mut process)]).await;
     let out = read_output(&proc, q).await?;
+    let screen = match proc.terminal.as_ref().filter(|_| req.screen) {
+        // Catching up may read the spool (a flood that outran the ring).
+        Some(term) => {
+            let (term, log) = (term.clone(), proc.output.clone());
+            Some(
+                tokio::task::spawn_blocking(move || term.screen(&log))
+                    .await
+                    .map_err(|e| {
+                        ErrorKind::Internal.status(format!("rendering the screen failed: {e}"))
+                    })?,
+            )
+        }
+        None => None,
+    };
     Ok(pb::ReadResponse {
         process: Some(process),
-        output: Some(output_to_pb(out)),
-        screen: None,
+        output: Some(proc.answer_output(output_to_pb(out), req.raw)),
+        screen,
     })
 }
 
@@ -176,6 +196,9 @@ pub(super) fn follow(
     let (tx, rx) = mpsc::channel(4);
     let shutdown = svc.daemon.shutdown.clone();
     let mut cursor = LogCursor::new(proc.clone(), req.since_seq.unwrap_or(1), streams);
+    // A terminal's output without its escape sequences, unless asked for raw.
+    let mut filter =
+        (proc.terminal.is_some() && !req.raw).then(crate::process::terminal::EscapeFilter::default);
     tokio::spawn(async move {
         loop {
             if let Some(RunsPage { runs, gap, .. }) = cursor.page().await {
@@ -196,7 +219,10 @@ pub(super) fn follow(
                             Stream::Stdout => pb::Stream::Stdout,
                             Stream::Stderr => pb::Stream::Stderr,
                         } as i32,
-                        data,
+                        data: match filter.as_mut() {
+                            Some(f) => f.push(&data),
+                            None => data,
+                        },
                         ..Default::default()
                     };
                     // A client that stopped reading blocks only this task; the process and
@@ -489,7 +515,7 @@ pub(super) async fn wait(
     let (result, matched_line, matched_seq) = outcome_fields(outcome);
     Ok(pb::WaitResponse {
         process: Some(process),
-        output: Some(output_to_pb(out)),
+        output: Some(proc.answer_output(output_to_pb(out), false)),
         result: result as i32,
         matched_line,
         matched_seq,
@@ -553,7 +579,7 @@ pub(super) async fn write_until(
         ok: true,
         bytes_written: written as u64,
         process: Some(process),
-        output: Some(output_to_pb(out)),
+        output: Some(proc.answer_output(output_to_pb(out), false)),
         result: result as i32,
         matched_line,
         matched_seq,

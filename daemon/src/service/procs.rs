@@ -8,7 +8,7 @@ use yieldshell_proto::pb;
 use yieldshell_proto::session_config::DEFAULT_CLEANUP_OLDER_THAN_MS;
 
 use super::{ControlService, MAX_WRITE_BYTES, at_most};
-use crate::process::{ManagedProcess, Status, StopReason, input_wait, tree};
+use crate::process::{ManagedProcess, Status, StopReason, input_wait, terminal, tree};
 use crate::session::Session;
 
 /// Grace before SIGKILL when `stop` names none (the seed's default).
@@ -29,8 +29,18 @@ pub(super) async fn write(
             req.input.len()
         )));
     }
+    let mut req = req;
+    terminal_input(&proc, &mut req)?;
     if req.until.as_deref().is_some_and(|u| !u.is_empty()) {
         return super::output::write_until(svc, &proc, session.policy.max_output_bytes, req).await;
+    }
+    // A resize alone writes nothing.
+    if req.input.is_empty() && !req.eof && (req.cols.is_some() || req.rows.is_some()) {
+        return Ok(pb::WriteResponse {
+            ok: true,
+            process: Some(proc.info()),
+            ..Default::default()
+        });
     }
     match proc.write_stdin(req.input, req.eof).await {
         Ok(n) => Ok(pb::WriteResponse {
@@ -40,6 +50,49 @@ pub(super) async fn write(
         }),
         Err(e) => Err(e.kind.status(format!("{}: {}", proc.facts.id, e.message))),
     }
+}
+
+/// Terminal mode's parts of a `write` (DESIGN §9): the named `keys` are appended to `input`
+/// (every name is checked before anything is written), and `cols`/`rows` resize the terminal
+/// now. Both are refused for a process on pipes.
+fn terminal_input(proc: &ManagedProcess, req: &mut pb::WriteRequest) -> Result<(), tonic::Status> {
+    let resize = req.cols.is_some() || req.rows.is_some();
+    let Some(term) = proc.terminal.as_ref() else {
+        if !req.keys.is_empty() || resize {
+            return Err(ErrorKind::InvalidArgument.status(format!(
+                "{} runs on pipes, not a terminal: keys, cols and rows need a process started with tty=true (send text with input)",
+                proc.facts.id
+            )));
+        }
+        return Ok(());
+    };
+    for name in &req.keys {
+        let bytes = term.key_bytes(name).ok_or_else(|| {
+            ErrorKind::InvalidArgument.status(format!(
+                "unknown key {name:?}; keys are {} (case-insensitive)",
+                terminal::KEY_NAMES
+            ))
+        })?;
+        req.input.extend_from_slice(&bytes);
+    }
+    if req.input.len() > MAX_WRITE_BYTES {
+        return Err(ErrorKind::InvalidArgument.status(format!(
+            "input and keys are {} bytes; at most {MAX_WRITE_BYTES} bytes per write",
+            req.input.len()
+        )));
+    }
+    if resize {
+        let now = term.size().unwrap_or(terminal::DEFAULT_SIZE);
+        let size = terminal::requested_size(req.cols, req.rows, now)
+            .map_err(|m| ErrorKind::InvalidArgument.status(m))?;
+        term.resize(size).map_err(|e| {
+            ErrorKind::ProcessExited.status(format!(
+                "{}: resizing the terminal failed: {e}",
+                proc.facts.id
+            ))
+        })?;
+    }
+    Ok(())
 }
 
 fn describe_end(p: &ManagedProcess) -> String {

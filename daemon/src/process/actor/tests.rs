@@ -62,6 +62,7 @@ fn start(timeout: Option<Duration>) -> Harness {
         std::time::Instant::now(),
         output,
         slot,
+        None,
     );
     let eof = channels.eof;
     let join = tokio::spawn(async move {
