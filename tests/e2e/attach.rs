@@ -169,8 +169,9 @@ async fn is_running(d: &TestDaemon, id: &str) -> bool {
 /// After a detach the person's terminal is back in its normal mode: line editing and echo on.
 fn assert_terminal_mode_restored(pane: &Pane) {
     pane.type_line("stty -a | tr ' ' '\\n' | grep -x -e icanon -e echo -e -icanon -e -echo");
+    // stty lists icanon before echo: once an echo flag shows, both have.
     let text = pane.wait_for("stty's answer", |s| {
-        s.lines().any(|l| l.trim() == "icanon") || s.lines().any(|l| l.trim() == "-icanon")
+        s.lines().any(|l| l.trim() == "echo" || l.trim() == "-echo")
     });
     let lines: Vec<&str> = text.lines().map(str::trim).collect();
     assert!(
@@ -184,7 +185,6 @@ fn assert_terminal_mode_restored(pane: &Pane) {
 }
 
 #[tokio::test]
-#[ignore = "needs terminal mode from the daemon (the pty branch)"]
 async fn a_person_types_into_a_terminal_repl_and_detaches_leaving_it_running() {
     let d = TestDaemon::start().await;
     let id = exec_background(&d, &["--tty", "--cols", "80", "--rows", "24"], "python3 -q");
@@ -227,7 +227,6 @@ async fn a_person_types_into_a_terminal_repl_and_detaches_leaving_it_running() {
 }
 
 #[tokio::test]
-#[ignore = "needs terminal mode from the daemon (the pty branch)"]
 async fn attach_ends_with_the_process_and_its_exit_code() {
     let d = TestDaemon::start().await;
     let id = exec_background(&d, &["--tty"], "printf 'code? '; read code; exit \"$code\"");
