@@ -266,8 +266,11 @@ async fn attach_terminal(session: &Session, id: &str, size: WindowSize) -> anyho
 
     let raw_mode = RawMode::enter()?;
     let mut keys = person_terminal::spawn_stdin_reader();
-    // Clear first: the formatted screen paints only cells that are not blank.
-    render::stdout_bytes(b"\x1b[H\x1b[2J")?;
+    // Scroll what the person's window shows into its scrollback (rather than erase it), then
+    // clear: the formatted screen paints only cells that are not blank.
+    let mut clear = b"\r\n".repeat(usize::try_from(size.rows).unwrap_or(0));
+    clear.extend_from_slice(b"\x1b[H\x1b[2J");
+    render::stdout_bytes(&clear)?;
     render::stdout_bytes(&screen.formatted)?;
     let ending = loop {
         tokio::select! {

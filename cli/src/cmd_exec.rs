@@ -2,6 +2,7 @@
 //! ready-wait (`--until`).
 
 use std::ffi::OsString;
+use std::io::IsTerminal;
 
 use clap::Args;
 use yieldshell_proto::pb;
@@ -153,6 +154,12 @@ pub async fn run(ctx: &Ctx, a: ExecArgs) -> anyhow::Result<u8> {
     render::stdout_bytes(&out.stdout)?;
     render::stderr_bytes(&out.stderr)?;
     if let Some(line) = hint(status, &resp, &info, out.next_seq) {
+        // A prompt ("Password: ") ends without a newline; on a terminal the hint would continue
+        // its line.
+        let mid_line = out.stdout.last().is_some_and(|b| *b != b'\n');
+        if mid_line && std::io::stderr().is_terminal() {
+            eprintln!();
+        }
         eprintln!("{line}");
     }
     Ok(code)
@@ -198,15 +205,22 @@ fn hint(
     next_seq: u64,
 ) -> Option<String> {
     let id = &info.process_id;
+    let echo_off = info.echo_off == Some(true);
     Some(match status {
         pb::ExecStatus::Backgrounded if info.waiting_for_input == Some(true) => format!(
             "yieldctl: {id} (pid {}) is waiting for {} and continues in the background.\n  \
-             type it yourself: yieldctl attach {id}    or: yieldctl write {id} TEXT --newline",
+             type it yourself: yieldctl attach {id}{}",
             info.pid.unwrap_or_default(),
-            if info.echo_off == Some(true) {
+            if echo_off {
                 "input with echo off (a password?)"
             } else {
                 "input"
+            },
+            // A secret given on a command line would land in the shell's history.
+            if echo_off {
+                String::new()
+            } else {
+                format!("    or: yieldctl write {id} TEXT --newline")
             },
         ),
         pb::ExecStatus::Backgrounded if resp.matched_seq.is_some() => format!(
@@ -289,5 +303,9 @@ mod tests {
         let asks = hint(pb::ExecStatus::Backgrounded, &resp, &prompt, 9).expect("hint");
         assert!(asks.contains("echo off"), "{asks}");
         assert!(asks.contains("yieldctl attach proc_7"), "{asks}");
+        assert!(
+            !asks.contains("yieldctl write"),
+            "no secret on a command line: {asks}"
+        );
     }
 }

@@ -227,6 +227,88 @@ async fn a_person_types_into_a_terminal_repl_and_detaches_leaving_it_running() {
 }
 
 #[tokio::test]
+async fn the_program_gets_the_persons_window_size_and_its_changes() {
+    let d = TestDaemon::start().await;
+    let id = exec_background(&d, &["--tty", "--cols", "40", "--rows", "10"], "python3 -q");
+    let pane = Pane::open(&d);
+    pane.type_line(&format!("yieldctl attach {id}"));
+    pane.wait_for("python's prompt", |s| s.contains(">>>"));
+    let ask = "import os; print('size', *os.get_terminal_size())";
+    pane.type_line(ask);
+    pane.wait_for("the size at attach (the pane's 100x30)", |s| {
+        said(s, "size 100 30")
+    });
+    let out = run(pane
+        .command()
+        .args(["resize-window", "-t", "0", "-x", "90", "-y", "20"]));
+    assert!(out.status.success(), "resize-window");
+    // yieldctl gets SIGWINCH and resizes the process's terminal: the daemon reports it, and
+    // the program then sees it.
+    eventually("the daemon to report the new size", || async {
+        let r = d
+            .session()
+            .read(pb::ReadRequest {
+                process_id: id.clone(),
+                max_output_bytes: Some(1),
+                ..Default::default()
+            })
+            .await
+            .expect("read");
+        let p = r.process.expect("process");
+        (p.cols == 90 && p.rows == 20).then_some(())
+    })
+    .await;
+    pane.type_line(ask);
+    pane.wait_for("the new size", |s| said(s, "size 90 20"));
+    pane.keys(&["C-]"]);
+    pane.wait_for("the detach", |s| said(s, "detached from"));
+    run(d.yieldctl().args(["stop", &id]));
+}
+
+/// The pid of `yieldctl attach` running in the pane's shell.
+fn attach_pid(pane: &Pane) -> i32 {
+    let out = run(pane
+        .command()
+        .args(["list-panes", "-t", "0", "-F", "#{pane_pid}"]));
+    let shell: i32 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("pane pid");
+    eventually_blocking("yieldctl to run in the pane", || {
+        let children =
+            std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).ok()?;
+        children.split_whitespace().find_map(|pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+            (comm.trim() == "yieldctl").then(|| pid.parse().ok())?
+        })
+    })
+}
+
+#[tokio::test]
+async fn sigterm_to_an_attached_yieldctl_restores_the_terminal_and_leaves_the_process() {
+    let d = TestDaemon::start().await;
+    let id = exec_background(&d, &["--tty"], "python3 -q");
+    let pane = Pane::open(&d);
+    pane.type_line(&format!("yieldctl attach {id}; echo \"attach exit $?\""));
+    pane.wait_for("python's prompt", |s| s.contains(">>>"));
+    let pid = attach_pid(&pane);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("kill");
+    let text = pane.wait_for("yieldctl to leave", |s| said(s, "attach exit "));
+    assert!(said(&text, "attach exit 143"), "{text}");
+    assert!(
+        text.contains(&format!("detached from {id} (still running)")),
+        "{text}"
+    );
+    assert_terminal_mode_restored(&pane);
+    assert!(is_running(&d, &id).await);
+    run(d.yieldctl().args(["stop", &id]));
+}
+
+#[tokio::test]
 async fn attach_ends_with_the_process_and_its_exit_code() {
     let d = TestDaemon::start().await;
     let id = exec_background(&d, &["--tty"], "printf 'code? '; read code; exit \"$code\"");
