@@ -6,6 +6,7 @@ mod mcp;
 
 mod attach;
 mod cli;
+mod cli_terminal;
 mod client_robustness;
 mod daemon_exec;
 mod daemon_inputs;
