@@ -270,48 +270,52 @@ async fn attach_terminal(session: &Session, id: &str, size: WindowSize) -> anyho
     // clear: the formatted screen paints only cells that are not blank.
     let mut clear = b"\r\n".repeat(usize::try_from(size.rows).unwrap_or(0));
     clear.extend_from_slice(b"\x1b[H\x1b[2J");
-    render::stdout_bytes(&clear)?;
-    render::stdout_bytes(&screen.formatted)?;
-    let ending = loop {
-        tokio::select! {
-            event = output.next() => match event {
-                None => break Ending::StreamClosed,
-                Some(Err(status)) => return Err(ClientError::Rpc(status).into()),
-                Some(Ok(ev)) => {
-                    alternate.observe(&ev.data);
-                    render::stdout_bytes(&ev.data)?;
-                    if let Some(info) = ev.ended {
-                        break Ending::Exited(Box::new(info));
+    // Whatever happens in raw mode (an error included), the terminal is reset below.
+    let ending: anyhow::Result<Ending> = async {
+        render::stdout_bytes(&clear)?;
+        render::stdout_bytes(&screen.formatted)?;
+        Ok(loop {
+            tokio::select! {
+                event = output.next() => match event {
+                    None => break Ending::StreamClosed,
+                    Some(Err(status)) => return Err(ClientError::Rpc(status).into()),
+                    Some(Ok(ev)) => {
+                        alternate.observe(&ev.data);
+                        render::stdout_bytes(&ev.data)?;
+                        if let Some(info) = ev.ended {
+                            break Ending::Exited(Box::new(info));
+                        }
                     }
-                }
-            },
-            typed = keys.recv() => match typed {
-                // stdin ended (the terminal went away): nothing more can be typed.
-                None => break Ending::Detached,
-                Some(Err(e)) => return Err(e.into()),
-                Some(Ok(bytes)) if bytes.is_empty() => break Ending::Detached,
-                Some(Ok(bytes)) => {
-                    // One read returns every byte already typed, so a paste goes in one write.
-                    let (send, detach) = split_at_detach(&bytes);
-                    if !send.is_empty() {
-                        forward(session, id, pb::WriteRequest {
-                            input: send.to_vec(),
-                            ..Default::default()
-                        }).await?;
+                },
+                typed = keys.recv() => match typed {
+                    // stdin ended (the terminal went away): nothing more can be typed.
+                    None => break Ending::Detached,
+                    Some(Err(e)) => return Err(e.into()),
+                    Some(Ok(bytes)) if bytes.is_empty() => break Ending::Detached,
+                    Some(Ok(bytes)) => {
+                        // One read returns every byte already typed, so a paste goes in one write.
+                        let (send, detach) = split_at_detach(&bytes);
+                        if !send.is_empty() {
+                            forward(session, id, pb::WriteRequest {
+                                input: send.to_vec(),
+                                ..Default::default()
+                            }).await?;
+                        }
+                        if detach {
+                            break Ending::Detached;
+                        }
                     }
-                    if detach {
-                        break Ending::Detached;
+                },
+                _ = winch.recv() => {
+                    if let Some(size) = person_terminal::person_window_size() {
+                        resize(session, id, size).await?;
                     }
-                }
-            },
-            _ = winch.recv() => {
-                if let Some(size) = person_terminal::person_window_size() {
-                    resize(session, id, size).await?;
-                }
-            },
-            sig = leave.next() => break Ending::Signalled(sig),
-        }
-    };
+                },
+                sig = leave.next() => break Ending::Signalled(sig),
+            }
+        })
+    }
+    .await;
     let mut reset = RESET_MODES.to_vec();
     if alternate.on {
         reset.extend_from_slice(b"\x1b[?1049l");
@@ -320,7 +324,7 @@ async fn attach_terminal(session: &Session, id: &str, size: WindowSize) -> anyho
     // The terminal may be gone (SIGHUP): restoring matters more than these bytes.
     let _ = render::stdout_bytes(&reset);
     drop(raw_mode);
-    Ok(ending)
+    ending
 }
 
 async fn attach_pipe(session: &Session, id: &str, tail: pb::Output) -> anyhow::Result<Ending> {
