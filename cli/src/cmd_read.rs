@@ -279,9 +279,15 @@ pub async fn wait(ctx: &Ctx, a: WaitArgs) -> anyhow::Result<u8> {
             render::stdout_bytes(&resp.matched_line)?;
             render::stdout_bytes(b"\n")?;
         }
+        pb::WaitResult::InputWanted if info.echo_off == Some(true) => eprintln!(
+            "{id} is waiting for input with echo off (a password?); type it yourself: \
+             yieldctl attach {id}",
+            id = a.id
+        ),
         pb::WaitResult::InputWanted => eprintln!(
-            "{} is waiting for input on its stdin (yieldctl write --newline {} TEXT)",
-            a.id, a.id
+            "{id} is waiting for input on its stdin (yieldctl write --newline {id} TEXT, or type \
+             it yourself: yieldctl attach {id})",
+            id = a.id
         ),
         pb::WaitResult::DeadlineReached => eprintln!(
             "{} is still {status} after the deadline ({} so far); it keeps running",

@@ -145,6 +145,13 @@ async fn a_password_prompt_is_named_with_the_attach_command() {
         Some("running[password]"),
         "{ps}"
     );
+    let waited = run(d.yieldctl().args(["wait", &id, "--for-input"]));
+    assert_eq!(waited.status.code(), Some(0));
+    let said = text(&waited.stderr);
+    assert!(
+        said.contains("echo off") && said.contains(&format!("yieldctl attach {id}")),
+        "{said}"
+    );
     run(d
         .yieldctl()
         .args(["write", &id, "s3cret", "--key", "Enter"]));
