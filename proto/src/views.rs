@@ -38,10 +38,11 @@ pub fn backgrounded_message(_process_id: &str, _yield_ms: u64, next_seq: u64) ->
 }
 
 /// The hint an `exec` body carries when the command yielded early because it waits for input:
-/// one short line, like [`backgrounded_message`].
-pub fn input_wanted_message(_process_id: &str, next_seq: u64) -> String {
+/// one short line, like [`backgrounded_message`]. It names the attach command too, so an agent
+/// can tell its user how to step in (a password prompt, say; DESIGN §9).
+pub fn input_wanted_message(process_id: &str, _next_seq: u64) -> String {
     format!(
-        "Waiting for input: write(input=\"…\\n\") to answer; read(since_seq={next_seq}) or stop it."
+        "Waiting for input: write(input=\"…\\n\") to answer, or a person can run `yieldctl attach {process_id}` to type into it."
     )
 }
 
@@ -128,6 +129,12 @@ pub struct ExecView {
     /// True while it is blocked reading its stdin (absent otherwise, or where it cannot be told).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub waiting_for_input: bool,
+    /// True when it runs on a terminal (`tty`; absent otherwise).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tty: bool,
+    /// True while its terminal's echo is off: a password prompt (absent otherwise).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub echo_off: bool,
 }
 
 impl ExecView {
@@ -154,6 +161,8 @@ impl ExecView {
             lossy: false,
             matched_line: None,
             waiting_for_input: false,
+            tty: false,
+            echo_off: false,
         }
     }
 }
@@ -190,6 +199,8 @@ impl ExecView {
             lossy: lossy_out || lossy_err,
             matched_line: None,
             waiting_for_input: p.waiting_for_input == Some(true),
+            tty: p.tty,
+            echo_off: p.echo_off == Some(true),
         }
     }
 }
@@ -284,9 +295,30 @@ pub struct ReadView {
     /// True while it is blocked reading its stdin (absent otherwise, or where it cannot be told).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub waiting_for_input: bool,
+    /// True when it runs on a terminal (`tty`; absent otherwise).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tty: bool,
+    /// True while its terminal's echo is off: a password prompt (absent otherwise).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub echo_off: bool,
+    /// With `screen`: the terminal as rendered, rows joined by newlines, trailing spaces trimmed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub screen: Option<String>,
+    /// With `screen`: the cursor as `[row, col]`, 0-based.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<[u32; 2]>,
 }
 
 impl ReadView {
+    /// Adds a rendered screen (`read` with `screen`).
+    pub fn with_screen(mut self, screen: Option<&pb::Screen>) -> ReadView {
+        if let Some(s) = screen {
+            self.screen = Some(s.text.clone());
+            self.cursor = Some([s.cursor_row, s.cursor_col]);
+        }
+        self
+    }
+
     /// Builds the view of a process and an output window.
     pub fn new(p: &pb::ProcessInfo, out: &pb::Output, streams: StreamSelection) -> ReadView {
         let (stdout, lossy_out) = text(&out.stdout);
@@ -307,6 +339,10 @@ impl ReadView {
             descendants_running: p.descendants_running,
             lossy: lossy_out || lossy_err,
             waiting_for_input: p.waiting_for_input == Some(true),
+            tty: p.tty,
+            echo_off: p.echo_off == Some(true),
+            screen: None,
+            cursor: None,
         }
     }
 }
@@ -513,6 +549,12 @@ pub struct ProcessSummary {
     /// True while it is blocked reading its stdin (absent otherwise, or where it cannot be told).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub waiting_for_input: bool,
+    /// True when it runs on a terminal (`tty`; absent otherwise).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tty: bool,
+    /// True while its terminal's echo is off: a password prompt (absent otherwise).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub echo_off: bool,
 }
 
 impl From<&pb::ProcessInfo> for ProcessSummary {
@@ -536,6 +578,8 @@ impl From<&pb::ProcessInfo> for ProcessSummary {
             descendants_running: p.descendants_running,
             lost_reason: p.lost_reason.clone(),
             waiting_for_input: p.waiting_for_input == Some(true),
+            tty: p.tty,
+            echo_off: p.echo_off == Some(true),
         }
     }
 }
@@ -624,7 +668,9 @@ mod tests {
         let input = exec_hint("backgrounded", &asking, 12, 300).expect("hint");
         assert_eq!(input, input_wanted_message("proc_7", 12));
         assert!(input.contains("write(input="), "{input}");
-        assert!(input.len() < 100, "one short line: {input}");
+        assert!(input.contains("yieldctl attach proc_7"), "{input}");
+        // One line, even with a 36-character client-chosen id.
+        assert!(input.len() < 130, "one short line: {input}");
         // The body of a daemon response carries the hint although the daemon sends no text.
         let resp = pb::ExecResponse {
             status: pb::ExecStatus::Backgrounded as i32,

@@ -190,6 +190,8 @@ async fn python_repl_under_a_terminal_answers_takes_ctrl_c_and_exits_on_eof() {
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert!(e.message().contains("NoSuchKey"), "{e:?}");
     keys(&c, &id, "while True: pass", &["Enter", "Enter"]).await;
+    // The loop runs once the empty continuation line was read.
+    until_text(&c, &id, "... \n").await;
     keys(&c, &id, "", &["C-c"]).await;
     until_text(&c, &id, "KeyboardInterrupt").await;
     let out = text(&c, &id, false).await;
@@ -197,12 +199,16 @@ async fn python_repl_under_a_terminal_answers_takes_ctrl_c_and_exits_on_eof() {
         !out.contains("1+1"),
         "the refused write wrote nothing: {out:?}"
     );
-    // After the traceback, at a fresh prompt, EOF ends the REPL.
+    // The REPL goes on after the traceback. (A statement in between matters: CPython exits by
+    // SIGINT when the last statement it ran was interrupted.)
     until_text(&c, &id, "KeyboardInterrupt\n>>> ").await;
+    keys(&c, &id, "7*8", &["Enter"]).await;
+    until_text(&c, &id, "56\n>>> ").await;
     c.write(&id, b"", true).await.expect("eof");
     let w = c.wait_exit(&id).await;
     let out = text(&c, &id, false).await;
-    assert_eq!(w.process.expect("process").exit_code, Some(0), "{out:?}");
+    let p = w.process.expect("process");
+    assert_eq!(p.exit_code, Some(0), "{out:?} {p:?}");
 }
 
 #[tokio::test]
@@ -371,4 +377,134 @@ async fn a_terminal_process_survives_a_daemon_crash_readable_and_writable() {
         c.wait_exit(&id).await.process.expect("process").exit_code,
         Some(0)
     );
+}
+
+#[tokio::test]
+async fn exec_on_a_terminal_yields_early_at_a_password_prompt() {
+    let d = TestDaemon::start().await;
+    let c = d.session();
+    let started = std::time::Instant::now();
+    let r = c
+        .exec_with(pb::ExecRequest {
+            tty: true,
+            yield_ms: Some(15_000),
+            ..exec_req("python3 -c \"import getpass; getpass.getpass('Passphrase: ')\"")
+        })
+        .await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "exec waited {:?} of its 15 s",
+        started.elapsed()
+    );
+    assert_eq!(r.status, pb::ExecStatus::Backgrounded as i32, "{r:?}");
+    let p = r.process.expect("process");
+    assert_eq!(p.waiting_for_input, Some(true), "{p:?}");
+    assert_eq!(p.echo_off, Some(true), "{p:?}");
+    assert_eq!(r.output.expect("output").stdout, b"Passphrase: ");
+    // wait(for_input) answers at once for a process that waits already.
+    let w = c
+        .wait(pb::WaitRequest {
+            process_id: p.process_id.clone(),
+            for_input: true,
+            timeout_ms: Some(15_000),
+            ..Default::default()
+        })
+        .await
+        .expect("wait");
+    assert_eq!(w.result, pb::WaitResult::InputWanted as i32, "{w:?}");
+    c.stop(&p.process_id, "SIGTERM", 1000).await.expect("stop");
+}
+
+#[tokio::test]
+async fn follow_strips_escapes_unless_raw() {
+    use tokio_stream::StreamExt;
+    let d = TestDaemon::start().await;
+    let c = d.session();
+    let r = c
+        .exec_with(pb::ExecRequest {
+            tty: true,
+            ..exec_req(r"printf '\033[1;32mgreen\033[0m done\n'")
+        })
+        .await;
+    let id = r.process.expect("process").process_id;
+    let follow = |raw: bool| {
+        let req = pb::FollowRequest {
+            session_id: c.id(),
+            process_id: id.clone(),
+            raw,
+            ..Default::default()
+        };
+        let c = &c;
+        async move {
+            let mut stream = c
+                .session
+                .call(|mut cl| {
+                    let req = req.clone();
+                    async move { cl.follow(req).await }
+                })
+                .await
+                .expect("follow");
+            let mut data = Vec::new();
+            while let Some(ev) = stream.next().await {
+                let ev = ev.expect("event");
+                if ev.ended.is_some() {
+                    break;
+                }
+                data.extend_from_slice(&ev.data);
+            }
+            String::from_utf8(data).expect("utf-8")
+        }
+    };
+    assert_eq!(follow(false).await, "green done\r\n");
+    assert_eq!(follow(true).await, "\x1b[1;32mgreen\x1b[0m done\r\n");
+}
+
+#[tokio::test]
+async fn the_mcp_tools_run_a_repl_on_a_terminal() {
+    use serde_json::json;
+
+    use crate::mcp::{Mcp, body};
+    let d = TestDaemon::start().await;
+    let mcp = Mcp::start(&d, &[]).await;
+    let b = body(
+        &mcp.call(
+            "exec",
+            json!({"command": "exec python3 -q", "side_effects": ["NONE"], "tty": true,
+                   "cols": 60, "rows": 10, "yield_ms": 0}),
+        )
+        .await,
+    );
+    assert_eq!(b["tty"], true, "{b}");
+    let id = b["process_id"].as_str().expect("process_id").to_string();
+    let prompt = eventually("the REPL's prompt on the screen", || async {
+        let b = body(
+            &mcp.call("read", json!({"process_id": id, "screen": true}))
+                .await,
+        );
+        (b["screen"].as_str() == Some(">>>")).then_some(b)
+    })
+    .await;
+    assert_eq!(prompt["cursor"], json!([0, 4]), "{prompt}");
+    let w = body(
+        &mcp.call(
+            "write",
+            json!({"process_id": id, "input": "6*7", "keys": ["Enter"], "until": "^42"}),
+        )
+        .await,
+    );
+    assert_eq!(w["wait_result"], "matched", "{w}");
+    assert!(w["stdout"].as_str().expect("stdout").contains("42"), "{w}");
+    let bad = body(
+        &mcp.call("write", json!({"process_id": id, "keys": ["Hyper"]}))
+            .await,
+    );
+    assert_eq!(bad["error_kind"], "invalid_argument", "{bad}");
+    let end = body(
+        &mcp.call("write", json!({"process_id": id, "eof": true}))
+            .await,
+    );
+    assert_eq!(end["ok"], true, "{end}");
+    let done = body(&mcp.call("wait", json!({"process_id": id})).await);
+    assert_eq!(done["exit_code"], 0, "{done}");
+    mcp.close().await;
 }

@@ -36,21 +36,24 @@ pub(super) fn definition(ctx: &Context) -> Tool {
                 "description": "What it may do; [\"NONE\"] if harmless."
             },
             "until": {"type": "string", "description": "Regex: return at a matching output line (a server's URL); it runs on."},
-            "yield_ms": {"type": "integer", "minimum": 0, "maximum": max_yield, "default": default_yield},
+            "yield_ms": {"type": "integer", "maximum": max_yield, "default": default_yield},
             "stdin": {"type": "string"},
             "shell": {"type": "string"},
             "close_stdin": {"type": "boolean"},
             "cwd": {"type": "string"},
             "env": {"type": "object", "additionalProperties": {"type": "string"}},
             "name": {"type": "string"},
-            "timeout_ms": {"type": "integer", "minimum": 0, "default": p.default_timeout_ms.unwrap_or(0), "description": "Then kill it (0: never)."},
-            "max_output_bytes": {"type": "integer", "minimum": 1, "maximum": max_out, "default": max_out}
+            "timeout_ms": {"type": "integer", "default": p.default_timeout_ms.unwrap_or(0), "description": "Then kill it (0: never)."},
+            "max_output_bytes": {"type": "integer", "minimum": 1, "maximum": max_out, "default": max_out},
+            "tty": {"type": "boolean", "description": "PTY: REPLs, prompts, TUIs."},
+            "cols": {"type": "integer"},
+            "rows": {"type": "integer"}
         },
         "required": ["command", "side_effects"]
     });
     let description = format!(
         "Run a shell command: its output and exit code, or after yield_ms (default {default_yield}) \
-         status backgrounded and a process_id (it keeps running)."
+         a process_id (it runs on)."
     );
     tool(
         "exec",
@@ -90,8 +93,18 @@ fn parse(args: &Args) -> Result<pb::ExecRequest, ArgError> {
         max_output_bytes: args.opt_u64("max_output_bytes")?,
         shell: args.opt_string("shell")?,
         until: args.opt_string("until")?.filter(|u| !u.is_empty()),
+        tty: args.opt_bool("tty")?.unwrap_or(false),
+        cols: opt_u32(args, "cols")?,
+        rows: opt_u32(args, "rows")?,
         ..Default::default()
     })
+}
+
+/// An optional integer parameter that fits a u32 (a terminal's size).
+pub(super) fn opt_u32(args: &Args, name: &str) -> Result<Option<u32>, ArgError> {
+    args.opt_u64(name)?
+        .map(|v| u32::try_from(v).map_err(|_| ArgError(format!("{name} is too large"))))
+        .transpose()
 }
 
 async fn exec_once(

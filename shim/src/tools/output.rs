@@ -30,18 +30,19 @@ pub(super) fn read_definition(ctx: &Context) -> Tool {
         "type": "object",
         "properties": {
             "process_id": {"type": "string"},
-            "since_seq": {"type": "integer", "minimum": 1, "description": "The last next_seq: output after it, each byte once. Omit for the latest."},
+            "since_seq": {"type": "integer", "description": "The last next_seq: output after it. Omit for the latest."},
             "tail_lines": {"type": "integer", "minimum": 1, "maximum": MAX_TAIL_LINES, "description": "Latest: at most this many lines."},
             "streams": {"type": "string", "enum": ["both", "stdout", "stderr"], "default": "both"},
-            "max_output_bytes": {"type": "integer", "minimum": 1, "maximum": max_out, "default": max_out, "description": "Per stream."}
+            "max_output_bytes": {"type": "integer", "minimum": 1, "maximum": max_out, "default": max_out, "description": "Per stream."},
+            "screen": {"type": "boolean", "description": "tty: rendered screen."},
+            "raw": {"type": "boolean"}
         },
         "required": ["process_id"]
     });
     tool(
         "read",
         "Read a process's output",
-        "Read a process's output (latest, or paged with since_seq), status and exit code; counts lines."
-            .to_string(),
+        "A process's output (latest, or paged with since_seq), status and exit code.".to_string(),
         input,
         output_schema::<ReadView, ProcessErrorView>(),
         ToolAnnotations::new()
@@ -80,6 +81,8 @@ pub(super) async fn read(ctx: &Context, args: &Args<'_>) -> CallToolResult {
             max_output_bytes: args.opt_u64("max_output_bytes")?,
             streams: streams.to_pb() as i32,
             tail_lines: tail_lines.map(|n| n as u32),
+            screen: args.opt_bool("screen")?.unwrap_or(false),
+            raw: args.opt_bool("raw")?.unwrap_or(false),
             ..Default::default()
         })
     })();
@@ -89,11 +92,14 @@ pub(super) async fn read(ctx: &Context, args: &Args<'_>) -> CallToolResult {
     };
     let streams = streams_arg(args).unwrap_or(StreamSelection::Both);
     match ctx.session.read(req.clone()).await {
-        Ok(r) => respond_with(&ReadView::new(
-            &r.process.unwrap_or_default(),
-            &r.output.unwrap_or_default(),
-            streams,
-        )),
+        Ok(r) => respond_with(
+            &ReadView::new(
+                &r.process.unwrap_or_default(),
+                &r.output.unwrap_or_default(),
+                streams,
+            )
+            .with_screen(r.screen.as_ref()),
+        ),
         Err(e) => {
             let (msg, kind) = describe(&e);
             respond(Value::Object(process_error(&req.process_id, &msg, kind)))
@@ -111,18 +117,18 @@ pub(super) fn wait_definition(ctx: &Context) -> Tool {
         "type": "object",
         "properties": {
             "process_id": {"type": "string"},
-            "timeout_ms": {"type": "integer", "minimum": 0, "maximum": MAX_BLOCKING_MS, "default": 30_000},
+            "timeout_ms": {"type": "integer", "maximum": MAX_BLOCKING_MS, "default": 30_000},
             "until": {"type": "string", "description": "Regex: return once an output line matches."},
-            "since_seq": {"type": "integer", "minimum": 1, "default": 1, "description": "Where until starts matching."},
+            "since_seq": {"type": "integer", "default": 1, "description": "Where until starts matching."},
             "max_output_bytes": {"type": "integer", "minimum": 1, "maximum": max_out, "default": max_out, "description": "Per stream."},
-            "for_input": {"type": "boolean", "default": false, "description": "Also return once it waits for stdin."}
+            "for_input": {"type": "boolean", "description": "Also return once it waits for stdin."}
         },
         "required": ["process_id"]
     });
     tool(
         "wait",
         "Wait for a process",
-        "Block until the process exits, a line matches until, or timeout_ms (it keeps running). \
+        "Block until it exits, a line matches until, or timeout_ms (it runs on). \
          Returns wait_result and read's fields."
             .to_string(),
         input,

@@ -17,11 +17,14 @@ pub(super) fn write_definition() -> Tool {
             "process_id": {"type": "string"},
             "input": {"type": "string"},
             "newline": {"type": "boolean", "description": "Append \\n."},
+            "keys": {"type": "array", "items": {"type": "string"}, "description": "tty: Enter Tab Esc Up Down… F1 C-c"},
             "eof": {"type": "boolean", "description": "Then close stdin."},
-            "until": {"type": "string", "description": "Regex: then return the output since the write, up to a matching line."},
-            "timeout_ms": {"type": "integer", "minimum": 0, "maximum": MAX_BLOCKING_MS, "default": DEFAULT_WRITE_WAIT_MS}
+            "cols": {"type": "integer"},
+            "rows": {"type": "integer"},
+            "until": {"type": "string", "description": "Regex: then return the output after it, up to a matching line."},
+            "timeout_ms": {"type": "integer", "maximum": MAX_BLOCKING_MS, "default": DEFAULT_WRITE_WAIT_MS}
         },
-        "required": ["process_id", "input"]
+        "required": ["process_id"]
     });
     tool(
         "write",
@@ -50,10 +53,18 @@ pub(super) async fn write(ctx: &Context, args: &Args<'_>) -> CallToolResult {
     let fail = |error: String, kind: &str| respond_with(&WriteView::failed(&id, error, kind));
     let parsed = (|| -> Result<pb::WriteRequest, ArgError> {
         let process_id = args.string("process_id")?;
-        let mut input = args
-            .opt_string("input")?
-            .ok_or_else(|| ArgError("missing required parameter input".into()))?
-            .into_bytes();
+        let keys = args.string_list("keys")?.unwrap_or_default();
+        let (cols, rows) = (
+            super::exec::opt_u32(args, "cols")?,
+            super::exec::opt_u32(args, "rows")?,
+        );
+        let eof = args.opt_bool("eof")?.unwrap_or(false);
+        // Input may be left out when keys, a resize or EOF say what to send.
+        let mut input = match args.opt_string("input")? {
+            Some(i) => i.into_bytes(),
+            None if !keys.is_empty() || cols.is_some() || rows.is_some() || eof => Vec::new(),
+            None => return Err(ArgError("missing required parameter input".into())),
+        };
         if args.opt_bool("newline")?.unwrap_or(false) {
             input.push(b'\n');
         }
@@ -65,7 +76,10 @@ pub(super) async fn write(ctx: &Context, args: &Args<'_>) -> CallToolResult {
         Ok(pb::WriteRequest {
             process_id,
             input,
-            eof: args.opt_bool("eof")?.unwrap_or(false),
+            keys,
+            cols,
+            rows,
+            eof,
             timeout_ms: until.is_some().then_some(timeout_ms),
             until,
             ..Default::default()
@@ -90,15 +104,14 @@ pub(super) fn stop_definition() -> Tool {
         "properties": {
             "process_id": {"type": "string"},
             "signal": {"type": "string", "default": "SIGTERM"},
-            "force_after_ms": {"type": "integer", "minimum": 0, "default": 3000, "description": "Then SIGKILL."}
+            "force_after_ms": {"type": "integer", "default": 3000, "description": "Then SIGKILL."}
         },
         "required": ["process_id"]
     });
     tool(
         "stop",
         "Stop a process tree",
-        "Stop a process and its whole tree (descendants included); returns once all are gone."
-            .to_string(),
+        "Stop a process and its whole tree; returns once all are gone.".to_string(),
         input,
         output_schema::<StopView, ErrorBody>(),
         ToolAnnotations::new()
@@ -162,7 +175,7 @@ pub(super) fn ps_definition() -> Tool {
     tool(
         "ps",
         "List processes",
-        "List processes, newest first, also those earlier sessions started: id, command, status, exit code."
+        "List processes, newest first, earlier sessions' too: id, command, status, exit code."
             .to_string(),
         input,
         output_schema::<PsView, ErrorBody>(),
@@ -213,8 +226,8 @@ pub(super) fn cleanup_definition() -> Tool {
     let input = json!({
         "type": "object",
         "properties": {
-            "completed_older_than_ms": {"type": "integer", "minimum": 0, "default": DEFAULT_CLEANUP_OLDER_THAN_MS},
-            "stopped_older_than_ms": {"type": "integer", "minimum": 0, "default": DEFAULT_CLEANUP_OLDER_THAN_MS}
+            "completed_older_than_ms": {"type": "integer", "default": DEFAULT_CLEANUP_OLDER_THAN_MS},
+            "stopped_older_than_ms": {"type": "integer", "default": DEFAULT_CLEANUP_OLDER_THAN_MS}
         }
     });
     tool(
