@@ -109,7 +109,8 @@ pub async fn read(ctx: &Ctx, a: ReadArgs) -> anyhow::Result<u8> {
                     &r.process.unwrap_or_default(),
                     &r.output.unwrap_or_default(),
                     streams,
-                );
+                )
+                .with_screen(r.screen.as_ref());
                 render::json(&view)?;
                 Ok(exit::OK)
             }

@@ -69,6 +69,11 @@ async fn keys_reach_a_terminal_repl_and_read_screen_shows_the_answer() {
         shown.lines().any(|l| l == "42").then_some(shown)
     });
     assert_eq!(shown, ">>> 6*7\n42\n>>>\n");
+    // --json: the read tool's object, with the screen and cursor.
+    let v = json(&run(d.yieldctl().args(["--json", "read", &id, "--screen"])));
+    assert_eq!(v["screen"], ">>> 6*7\n42\n>>>", "{v}");
+    assert_eq!(v["cursor"], serde_json::json!([2, 4]), "{v}");
+    assert_eq!(v["tty"], true, "{v}");
 
     let resized = run(d.yieldctl().args(["write", &id, "--resize", "70x12"]));
     assert!(resized.status.success(), "{}", text(&resized.stderr));
