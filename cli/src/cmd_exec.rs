@@ -2,12 +2,14 @@
 //! ready-wait (`--until`).
 
 use std::ffi::OsString;
+use std::io::IsTerminal;
 
 use clap::Args;
 use yieldshell_proto::pb;
 use yieldshell_proto::session_config::{os_bytes, parse_side_effect_list, path_bytes};
 use yieldshell_proto::views::ExecView;
 
+use crate::person_terminal::{DEFAULT_SIZE, WindowSize, window_size};
 use crate::{Ctx, exit, render};
 
 /// Arguments of `exec`.
@@ -42,6 +44,19 @@ pub struct ExecArgs {
     /// environments are bytes, not text.
     #[arg(long = "env", value_name = "NAME=VALUE", value_parser = clap::value_parser!(OsString))]
     env: Vec<OsString>,
+    /// Run under a pseudo-terminal (stdout and stderr become one stream; a person can
+    /// `yieldctl attach` to it). Output is shown with escape sequences removed unless --raw.
+    #[arg(long)]
+    tty: bool,
+    /// With --tty: terminal width [default: this terminal's when stdout is one, else 120].
+    #[arg(long, value_name = "N", requires = "tty", value_parser = clap::value_parser!(u32).range(1..))]
+    cols: Option<u32>,
+    /// With --tty: terminal height [default: this terminal's when stdout is one, else 40].
+    #[arg(long, value_name = "N", requires = "tty", value_parser = clap::value_parser!(u32).range(1..))]
+    rows: Option<u32>,
+    /// With --tty: print the output as the program wrote it, escape sequences included.
+    #[arg(long, requires = "tty")]
+    raw: bool,
     /// The command line (several words are joined with spaces and run by /bin/sh -c).
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -74,6 +89,16 @@ pub async fn run(ctx: &Ctx, a: ExecArgs) -> anyhow::Result<u8> {
         }
         command.extend_from_slice(&os_bytes(word));
     }
+    let size = if a.tty {
+        // The person's window when the output goes to it, so the program draws for what shows it.
+        let here = window_size(std::io::stdout()).unwrap_or(DEFAULT_SIZE);
+        Some(WindowSize {
+            cols: a.cols.unwrap_or(here.cols),
+            rows: a.rows.unwrap_or(here.rows),
+        })
+    } else {
+        None
+    };
     let session = ctx.session()?;
     let req = pb::ExecRequest {
         command,
@@ -89,9 +114,12 @@ pub async fn run(ctx: &Ctx, a: ExecArgs) -> anyhow::Result<u8> {
         shell: None,
         process_id: None,
         until: a.until,
+        tty: a.tty,
+        cols: size.map(|s| s.cols),
+        rows: size.map(|s| s.rows),
         ..Default::default()
     };
-    let resp = session.exec(req).await?;
+    let mut resp = session.exec(req).await?;
     let status = pb::ExecStatus::try_from(resp.status).unwrap_or_default();
     let info = resp.process.clone().unwrap_or_default();
     let code = match status {
@@ -108,6 +136,11 @@ pub async fn run(ctx: &Ctx, a: ExecArgs) -> anyhow::Result<u8> {
         render::json(&ExecView::from(&resp))?;
         return Ok(code);
     }
+    if a.raw
+        && let Some(out) = resp.output.as_mut()
+    {
+        out.stdout = raw_window(&session, &info.process_id, out).await?;
+    }
     let out = resp.output.clone().unwrap_or_default();
     if out.truncated {
         render::stderr_bytes(
@@ -121,9 +154,46 @@ pub async fn run(ctx: &Ctx, a: ExecArgs) -> anyhow::Result<u8> {
     render::stdout_bytes(&out.stdout)?;
     render::stderr_bytes(&out.stderr)?;
     if let Some(line) = hint(status, &resp, &info, out.next_seq) {
+        // A prompt ("Password: ") ends without a newline; on a terminal the hint would continue
+        // its line.
+        let mid_line = out.stdout.last().is_some_and(|b| *b != b'\n');
+        if mid_line && std::io::stderr().is_terminal() {
+            eprintln!();
+        }
         eprintln!("{line}");
     }
     Ok(code)
+}
+
+/// The bytes of `out`'s window as the program wrote them (`exec` answers with escape sequences
+/// removed; `read(raw)` has them), for `exec --tty --raw`. A terminal process has one stream, so
+/// positions in the window are positions in stdout.
+async fn raw_window(
+    session: &yieldshell_proto::client::Session,
+    id: &str,
+    out: &pb::Output,
+) -> anyhow::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    let mut since = out.first_seq;
+    while since < out.next_seq {
+        let page = session
+            .read(pb::ReadRequest {
+                process_id: id.to_string(),
+                since_seq: Some(since),
+                raw: true,
+                ..Default::default()
+            })
+            .await?
+            .output
+            .unwrap_or_default();
+        let wanted = usize::try_from(out.next_seq.saturating_sub(page.first_seq)).unwrap_or(0);
+        bytes.extend_from_slice(&page.stdout[..wanted.min(page.stdout.len())]);
+        if page.next_seq <= since {
+            break;
+        }
+        since = page.next_seq;
+    }
+    Ok(bytes)
 }
 
 /// The line `exec` prints on stderr after the output, if any. The daemon returns facts only
@@ -135,7 +205,24 @@ fn hint(
     next_seq: u64,
 ) -> Option<String> {
     let id = &info.process_id;
+    let echo_off = info.echo_off == Some(true);
     Some(match status {
+        pb::ExecStatus::Backgrounded if info.waiting_for_input == Some(true) => format!(
+            "yieldctl: {id} (pid {}) is waiting for {} and continues in the background.\n  \
+             type it yourself: yieldctl attach {id}{}",
+            info.pid.unwrap_or_default(),
+            if echo_off {
+                "input with echo off (a password?)"
+            } else {
+                "input"
+            },
+            // A secret given on a command line would land in the shell's history.
+            if echo_off {
+                String::new()
+            } else {
+                format!("    or: yieldctl write {id} TEXT --newline")
+            },
+        ),
         pb::ExecStatus::Backgrounded if resp.matched_seq.is_some() => format!(
             "yieldctl: {id} (pid {}) printed a line matching --until and continues in the background.\n  \
              follow it: yieldctl read {id} --since {next_seq} --follow    stop it: yieldctl stop {id}",
@@ -143,9 +230,14 @@ fn hint(
         ),
         pb::ExecStatus::Backgrounded => format!(
             "yieldctl: {id} (pid {}) is still running after {} ms and continues in the background.\n  \
-             follow it: yieldctl read {id} --follow    stop it: yieldctl stop {id}",
+             follow it: yieldctl read {id} --follow    {}stop it: yieldctl stop {id}",
             info.pid.unwrap_or_default(),
             resp.yield_ms,
+            if info.tty {
+                format!("join it: yieldctl attach {id}    ")
+            } else {
+                String::new()
+            },
         ),
         pb::ExecStatus::FailedToStart | pb::ExecStatus::Failed => {
             format!("yieldctl: failed to start: {}", resp.error)
@@ -193,9 +285,27 @@ mod tests {
         assert_eq!(hint(pb::ExecStatus::Completed, &resp, &info(0), 9), None);
         let matched = pb::ExecResponse {
             matched_seq: Some(3),
-            ..resp
+            ..resp.clone()
         };
         let ready = hint(pb::ExecStatus::Backgrounded, &matched, &info(0), 9).expect("hint");
         assert!(ready.contains("matching --until"), "{ready}");
+        let terminal = pb::ProcessInfo {
+            tty: true,
+            ..info(0)
+        };
+        let bg = hint(pb::ExecStatus::Backgrounded, &resp, &terminal, 9).expect("hint");
+        assert!(bg.contains("yieldctl attach proc_7"), "{bg}");
+        let prompt = pb::ProcessInfo {
+            waiting_for_input: Some(true),
+            echo_off: Some(true),
+            ..terminal
+        };
+        let asks = hint(pb::ExecStatus::Backgrounded, &resp, &prompt, 9).expect("hint");
+        assert!(asks.contains("echo off"), "{asks}");
+        assert!(asks.contains("yieldctl attach proc_7"), "{asks}");
+        assert!(
+            !asks.contains("yieldctl write"),
+            "no secret on a command line: {asks}"
+        );
     }
 }

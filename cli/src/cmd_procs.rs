@@ -7,10 +7,13 @@ use yieldshell_proto::pb;
 use yieldshell_proto::session_config::DEFAULT_CLEANUP_OLDER_THAN_MS;
 use yieldshell_proto::views::{self, CleanupView, ProcessSummary, PsView, StopView, WriteView};
 
-use crate::{Ctx, exit, render, style};
+use crate::{Ctx, exit, person_terminal, render, style};
 
 /// Appended to the status of a process blocked reading its stdin (`running[input]`).
 pub const INPUT_MARKER: &str = "[input]";
+/// Appended instead when it reads from a terminal with echo off, as password prompts do
+/// (`running[password]`): a person has to type it (`yieldctl attach`).
+pub const PASSWORD_MARKER: &str = "[password]";
 
 /// Arguments of `ps`.
 #[derive(Debug, Args)]
@@ -52,7 +55,7 @@ pub async fn ps(ctx: &Ctx, a: PsArgs) -> anyhow::Result<u8> {
     }
     let mut table = render::Table::new(
         vec![
-            "ID", "PID", "STATUS", "EXIT", "STARTED", "TIME", "NAME", "COMMAND",
+            "ID", "PID", "STATUS", "TTY", "EXIT", "STARTED", "TIME", "NAME", "COMMAND",
         ],
         ctx.color,
     );
@@ -71,12 +74,17 @@ pub async fn ps(ctx: &Ctx, a: PsArgs) -> anyhow::Result<u8> {
         };
         if p.waiting_for_input == Some(true) {
             // One word, so the column stays splittable by whitespace.
-            status.push_str(INPUT_MARKER);
+            status.push_str(if p.echo_off == Some(true) {
+                PASSWORD_MARKER
+            } else {
+                INPUT_MARKER
+            });
         }
         table.row(vec![
             (p.process_id.clone(), None),
             (p.pid.map_or("-".into(), |x| x.to_string()), None),
             (status, style::for_status(p)),
+            ((if p.tty { "tty" } else { "-" }).into(), None),
             (exit, None),
             (render::ago(now, p.started_at_unix_ms), None),
             (render::duration_ms(p.duration_ms), None),
@@ -162,12 +170,22 @@ pub struct WriteArgs {
     /// Process id.
     id: String,
     /// Text to write (any bytes).
-    #[arg(value_parser = clap::value_parser!(std::ffi::OsString))]
-    text: std::ffi::OsString,
+    #[arg(
+        value_parser = clap::value_parser!(std::ffi::OsString),
+        required_unless_present_any = ["keys", "resize", "eof", "newline"]
+    )]
+    text: Option<std::ffi::OsString>,
     /// Append a newline.
     #[arg(long)]
     newline: bool,
-    /// Close stdin after writing.
+    /// Terminal process: send a named key after the text (repeatable, in order): Enter, Tab, Esc,
+    /// Backspace, Up, Down, Left, Right, Home, End, PageUp, PageDown, Delete, F1…F12, C-a…C-z.
+    #[arg(long = "key", id = "keys", value_name = "KEY")]
+    keys: Vec<String>,
+    /// Terminal process: resize its terminal to COLSxROWS (like 120x40; the program gets SIGWINCH).
+    #[arg(long, value_name = "COLSxROWS", value_parser = person_terminal::parse_size)]
+    resize: Option<person_terminal::WindowSize>,
+    /// Close stdin after writing (a terminal process: send the EOF character, Ctrl-D).
     #[arg(long)]
     eof: bool,
     /// Then wait for an output line printed after the write that matches this regex, and print
@@ -181,7 +199,11 @@ pub struct WriteArgs {
 
 pub async fn write(ctx: &Ctx, a: WriteArgs) -> anyhow::Result<u8> {
     let session = ctx.session()?;
-    let mut input = yieldshell_proto::session_config::os_bytes(&a.text);
+    let mut input = a
+        .text
+        .as_deref()
+        .map(yieldshell_proto::session_config::os_bytes)
+        .unwrap_or_default();
     if a.newline {
         input.push(b'\n');
     }
@@ -192,6 +214,9 @@ pub async fn write(ctx: &Ctx, a: WriteArgs) -> anyhow::Result<u8> {
         eof: a.eof,
         timeout_ms: waits.then_some(a.timeout),
         until: a.until,
+        keys: a.keys,
+        cols: a.resize.map(|s| s.cols),
+        rows: a.resize.map(|s| s.rows),
         ..Default::default()
     };
     let result = session.write(req).await;
@@ -210,6 +235,9 @@ pub async fn write(ctx: &Ctx, a: WriteArgs) -> anyhow::Result<u8> {
                 }
             } else {
                 eprintln!("wrote {} bytes to {}", resp.bytes_written, a.id);
+                if let Some(size) = a.resize {
+                    eprintln!("resized {} to {}x{}", a.id, size.cols, size.rows);
+                }
             }
             // A wait that ended without a match is reported like `wait --until`'s.
             if waits && resp.result == pb::WaitResult::DeadlineReached as i32 {

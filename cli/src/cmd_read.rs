@@ -61,6 +61,13 @@ pub struct ReadArgs {
     /// Everything saved on disk, not only what is kept in memory.
     #[arg(long)]
     all: bool,
+    /// Terminal process: print its screen as it looks now (rendered rows), not its output log.
+    #[arg(long, conflicts_with_all = ["follow", "since", "tail", "all", "raw"])]
+    screen: bool,
+    /// Terminal process: the output as the program wrote it, escape sequences included (they
+    /// are removed otherwise).
+    #[arg(long)]
+    raw: bool,
 }
 
 fn process_error(ctx: &Ctx, id: &str, e: ClientError) -> anyhow::Result<u8> {
@@ -88,8 +95,13 @@ pub async fn read(ctx: &Ctx, a: ReadArgs) -> anyhow::Result<u8> {
         streams: streams.to_pb() as i32,
         tail_lines: a.tail,
         use_spool: a.all,
+        raw: a.raw,
+        screen: a.screen,
         ..Default::default()
     };
+    if a.screen && !ctx.json {
+        return print_screen(&session, base).await;
+    }
     if ctx.json {
         return match session.read(base).await {
             Ok(r) => {
@@ -97,7 +109,8 @@ pub async fn read(ctx: &Ctx, a: ReadArgs) -> anyhow::Result<u8> {
                     &r.process.unwrap_or_default(),
                     &r.output.unwrap_or_default(),
                     streams,
-                );
+                )
+                .with_screen(r.screen.as_ref());
                 render::json(&view)?;
                 Ok(exit::OK)
             }
@@ -160,6 +173,7 @@ pub async fn read(ctx: &Ctx, a: ReadArgs) -> anyhow::Result<u8> {
         process_id: a.id.clone(),
         since_seq: Some(since),
         streams: streams.to_pb() as i32,
+        raw: a.raw,
         ..Default::default()
     };
     let mut stream = session.follow(req).await?;
@@ -184,6 +198,29 @@ pub async fn read(ctx: &Ctx, a: ReadArgs) -> anyhow::Result<u8> {
         }
     }
     Ok(if incomplete { exit::INCOMPLETE } else { done })
+}
+
+/// `read --screen`: the rendered rows of a terminal process's screen, then a newline.
+async fn print_screen(
+    session: &yieldshell_proto::client::Session,
+    req: pb::ReadRequest,
+) -> anyhow::Result<u8> {
+    let id = req.process_id.clone();
+    let resp = session
+        .read(pb::ReadRequest {
+            // Only the screen is printed; the smallest output window keeps the answer small.
+            max_output_bytes: Some(1),
+            ..req
+        })
+        .await?;
+    let Some(screen) = resp.screen else {
+        anyhow::bail!(
+            "{id} has no screen: it does not run under a terminal (`yieldctl exec --tty` starts              one that does); `yieldctl read {id}` prints its output"
+        );
+    };
+    render::stdout_bytes(screen.text.as_bytes())?;
+    render::stdout_bytes(b"\n")?;
+    Ok(exit::OK)
 }
 
 /// Arguments of `wait`.
@@ -243,9 +280,15 @@ pub async fn wait(ctx: &Ctx, a: WaitArgs) -> anyhow::Result<u8> {
             render::stdout_bytes(&resp.matched_line)?;
             render::stdout_bytes(b"\n")?;
         }
+        pb::WaitResult::InputWanted if info.echo_off == Some(true) => eprintln!(
+            "{id} is waiting for input with echo off (a password?); type it yourself: \
+             yieldctl attach {id}",
+            id = a.id
+        ),
         pb::WaitResult::InputWanted => eprintln!(
-            "{} is waiting for input on its stdin (yieldctl write --newline {} TEXT)",
-            a.id, a.id
+            "{id} is waiting for input on its stdin (yieldctl write --newline {id} TEXT, or type \
+             it yourself: yieldctl attach {id})",
+            id = a.id
         ),
         pb::WaitResult::DeadlineReached => eprintln!(
             "{} is still {status} after the deadline ({} so far); it keeps running",

@@ -10,6 +10,7 @@
 //! | 5 | `read`: what was printed is incomplete — bytes in the range asked for are retained nowhere (each gap is named on stderr where it occurs) |
 //! | 70 | yieldctl itself failed (no runtime) |
 //! | `exec`/`wait`: the command's own exit code when it exited; 128+N when signal N ended it; 124 when it timed out (`timeout_ms`) or `wait` hit its deadline |
+//! | `attach`: 0 on a detach; the process's exit code when it ended while attached; 128+N when signal N made yieldctl leave |
 
 use yieldshell_proto::errors::ErrorKind;
 

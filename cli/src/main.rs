@@ -10,6 +10,7 @@
 
 #![deny(clippy::print_stdout)]
 
+mod cmd_attach;
 mod cmd_daemon;
 mod cmd_docs;
 mod cmd_exec;
@@ -17,6 +18,7 @@ mod cmd_procs;
 mod cmd_read;
 mod cmd_service;
 mod exit;
+mod person_terminal;
 mod render;
 mod style;
 
@@ -61,8 +63,10 @@ pub enum Command {
     Wait(cmd_read::WaitArgs),
     /// Stop a process and its whole tree (SIGTERM, then SIGKILL after the grace period).
     Stop(cmd_procs::StopArgs),
-    /// Write text to a process's stdin.
+    /// Write text, named keys or a new terminal size to a process.
     Write(cmd_procs::WriteArgs),
+    /// Join a running process from this terminal: see its screen, type into it, Ctrl-] detaches.
+    Attach(cmd_attach::AttachArgs),
     /// Remove records (and saved output) of ended processes.
     Cleanup(cmd_procs::CleanupArgs),
     /// Manage the daemon itself.
@@ -132,6 +136,7 @@ fn main() -> std::process::ExitCode {
             Command::Wait(a) => cmd_read::wait(&ctx, a).await,
             Command::Stop(a) => cmd_procs::stop(&ctx, a).await,
             Command::Write(a) => cmd_procs::write(&ctx, a).await,
+            Command::Attach(a) => cmd_attach::run(&ctx, a).await,
             Command::Cleanup(a) => cmd_procs::cleanup(&ctx, a).await,
             Command::Daemon(c) => cmd_daemon::run(&ctx, c).await,
             Command::Service(c) => cmd_service::run(&ctx, c).await,

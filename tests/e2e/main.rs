@@ -4,7 +4,9 @@
 mod helper;
 mod mcp;
 
+mod attach;
 mod cli;
+mod cli_terminal;
 mod client_robustness;
 mod daemon_exec;
 mod daemon_inputs;
