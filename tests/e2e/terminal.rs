@@ -490,11 +490,13 @@ async fn the_mcp_tools_run_a_repl_on_a_terminal() {
     let w = body(
         &mcp.call(
             "write",
-            json!({"process_id": id, "input": "6*7", "keys": ["Enter"], "until": "^42"}),
+            json!({"process_id": id, "input": "6*7", "keys": ["Enter"], "until": "^42$"}),
         )
         .await,
     );
+    // Matched as the line reads (the terminal wrote "42\r\n"), and shown so.
     assert_eq!(w["wait_result"], "matched", "{w}");
+    assert_eq!(w["matched_line"], "42", "{w}");
     assert!(w["stdout"].as_str().expect("stdout").contains("42"), "{w}");
     let bad = body(
         &mcp.call("write", json!({"process_id": id, "keys": ["Hyper"]}))
