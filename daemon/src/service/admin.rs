@@ -76,7 +76,8 @@ pub(super) fn status(svc: &ControlService) -> pb::StatusResponse {
         tasks: tokio::runtime::Handle::current()
             .metrics()
             .num_alive_tasks() as u64,
-        holders: true,
+        // Windows has no holders: its processes end with the daemon.
+        holders: cfg!(unix),
     }
 }
 
