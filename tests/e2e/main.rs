@@ -40,3 +40,4 @@ mod remote_ssh;
 mod session_reconnect;
 mod shim;
 mod shim_jsonrpc;
+mod windows_wine;
