@@ -225,7 +225,10 @@ impl WinDaemon {
 
 impl Drop for WinDaemon {
     fn drop(&mut self) {
-        let _ = self.yieldctl(&["daemon", "stop"]);
+        // A failed test (a stale binary, say) must not panic again here: the child is killed.
+        if !std::thread::panicking() {
+            let _ = self.yieldctl(&["daemon", "stop"]);
+        }
         let deadline = std::time::Instant::now() + crate::helper::TIMEOUT;
         while std::time::Instant::now() < deadline {
             if !matches!(self.child.try_wait(), Ok(None)) {
@@ -275,13 +278,7 @@ fn exec_returns_a_commands_output_and_exit_code() {
 #[ignore = "needs wine and the Windows build: run by .ci/run"]
 fn a_yielded_process_is_listed_read_incrementally_and_stopped_with_its_child() {
     let d = WinDaemon::start();
-    let n = unique();
-    // An inner cmd.exe (the child) runs ping.exe (the grandchild) once a second; both carry a
-    // marker of this test in their command lines (`1,1,N`, `-w N`).
-    let command = format!(
-        r#"cmd /c "for /L %i in (1,1,{n}) do (echo tick %i & ping -n 2 -w {n} 127.0.0.1 >nul)""#
-    );
-    let markers = [format!("1,1,{n}"), format!("-w {n}")];
+    let (command, markers) = nested_loop();
     let r = d.json(&["exec", "--yield-ms", "300", "--", &command]);
     assert_eq!(r["status"], "backgrounded", "{r}");
     let id = r["process_id"].as_str().expect("process_id").to_string();
@@ -426,5 +423,78 @@ fn a_client_starts_the_daemon_detached_and_daemon_stop_ends_it() {
             .env("YIELDSHELL_NO_AUTOSTART", "1")
             .finish();
         (!out.status.success()).then_some(())
+    });
+}
+
+/// A command whose child (an inner `cmd.exe`) runs `ping.exe` (the grandchild) once a second,
+/// and the markers of both in their Linux command lines (`1,1,N`, `-w N`).
+fn nested_loop() -> (String, [String; 2]) {
+    let n = unique();
+    (
+        format!(
+            r#"cmd /c "for /L %i in (1,1,{n}) do (echo tick %i & ping -n 2 -w {n} 127.0.0.1 >nul)""#
+        ),
+        [format!("1,1,{n}"), format!("-w {n}")],
+    )
+}
+
+/// The status `ps` reports for `id`.
+fn status_of(d: &WinDaemon, id: &str) -> Value {
+    let ps = d.json(&["ps"]);
+    ps["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| p["process_id"] == id)
+        .map(|p| p["status"].clone())
+        .unwrap_or_default()
+}
+
+#[test]
+#[ignore = "needs wine and the Windows build: run by .ci/run"]
+fn a_timeout_and_the_daemons_shutdown_end_whole_trees() {
+    let mut d = WinDaemon::start();
+    let (command, markers) = nested_loop();
+    let r = d.json(&[
+        "exec",
+        "--timeout-ms",
+        "3000",
+        "--yield-ms",
+        "300",
+        "--",
+        &command,
+    ]);
+    let id = r["process_id"].as_str().expect("process_id").to_string();
+    eventually_blocking("the child and a ping to run", || {
+        let found = processes_with(&markers);
+        markers
+            .iter()
+            .all(|m| found.iter().any(|l| l.contains(m.as_str())))
+            .then_some(())
+    });
+    eventually_blocking("the timeout to end the process", || {
+        (status_of(&d, &id) == "timed_out").then_some(())
+    });
+    eventually_blocking("the timed-out tree to be gone", || {
+        processes_with(&markers).is_empty().then_some(())
+    });
+
+    let (command, markers) = nested_loop();
+    let r = d.json(&["exec", "--yield-ms", "300", "--", &command]);
+    assert_eq!(r["status"], "backgrounded", "{r}");
+    eventually_blocking("the second tree to run", || {
+        let found = processes_with(&markers);
+        markers
+            .iter()
+            .all(|m| found.iter().any(|l| l.contains(m.as_str())))
+            .then_some(())
+    });
+    let out = d.yieldctl(&["daemon", "stop"]);
+    assert!(out.status.success(), "{out:?}");
+    eventually_blocking("the daemon to exit", || {
+        d.child.try_wait().ok().flatten().map(|_| ())
+    });
+    eventually_blocking("the daemon's last tree to be gone", || {
+        processes_with(&markers).is_empty().then_some(())
     });
 }

@@ -499,6 +499,9 @@ pub fn daemon_has_exited(socket: &Path, state_dir: &Path, pid: u32) -> io::Resul
     if instance_lock::recorded_pid(state_dir).is_some_and(|recorded| recorded != pid) {
         return Ok(Some(true));
     }
+    // A named pipe's lock directory exists only once a client has started a daemon on it.
+    #[cfg(windows)]
+    std::fs::create_dir_all(socket_dir(socket))?;
     let (start_lock, _) = open_start_lock(&socket_dir(socket))?;
     match start_lock.try_lock() {
         Ok(()) => {}
