@@ -170,8 +170,8 @@ async fn shut_down(ctx: &Ctx, keep: bool) -> anyhow::Result<Option<Stopped>> {
     if keep && !status.holders && status.running > 0 {
         anyhow::bail!(
             "yieldshelld {} (pid {pid}) cannot hand its {} running process(es) over to another \
-             daemon (it predates process holders): `yieldctl daemon stop` stops them, and the \
-             next daemon keeps its own across restarts",
+             daemon (it has no process holders: it predates them, or runs on Windows): \
+             `yieldctl daemon stop` stops them",
             status.daemon_version,
             status.running
         );

@@ -10,6 +10,7 @@
 
 #![deny(clippy::print_stdout)]
 
+#[cfg(unix)]
 mod cmd_attach;
 mod cmd_daemon;
 mod cmd_docs;
@@ -66,6 +67,7 @@ pub enum Command {
     /// Write text, named keys or a new terminal size to a process.
     Write(cmd_procs::WriteArgs),
     /// Join a running process from this terminal: see its screen, type into it, Ctrl-] detaches.
+    #[cfg(unix)]
     Attach(cmd_attach::AttachArgs),
     /// Remove records (and saved output) of ended processes.
     Cleanup(cmd_procs::CleanupArgs),
@@ -136,6 +138,7 @@ fn main() -> std::process::ExitCode {
             Command::Wait(a) => cmd_read::wait(&ctx, a).await,
             Command::Stop(a) => cmd_procs::stop(&ctx, a).await,
             Command::Write(a) => cmd_procs::write(&ctx, a).await,
+            #[cfg(unix)]
             Command::Attach(a) => cmd_attach::run(&ctx, a).await,
             Command::Cleanup(a) => cmd_procs::cleanup(&ctx, a).await,
             Command::Daemon(c) => cmd_daemon::run(&ctx, c).await,

@@ -6,11 +6,16 @@
 //! ending, a signal the caller turned into a normal return), and a panic hook restores before the
 //! panic message is printed, so the message is readable and nothing depends on unwinding.
 
+#[cfg(unix)]
 use std::io::{IsTerminal, Read};
+#[cfg(unix)]
 use std::os::fd::AsFd;
+#[cfg(unix)]
 use std::sync::Mutex;
 
+#[cfg(unix)]
 use nix::sys::termios::{self, SetArg, Termios};
+#[cfg(unix)]
 use tokio::sync::mpsc;
 
 /// Size used when stdout is not a terminal (the daemon's default for `exec(tty=true)`).
@@ -30,6 +35,7 @@ pub struct WindowSize {
 
 /// The size of the terminal behind `fd`, or `None` when it is not a terminal (or reports 0×0, as
 /// some pseudo-terminals do before anyone sized them).
+#[cfg(unix)]
 pub fn window_size(fd: impl AsFd) -> Option<WindowSize> {
     let mut ws = libc::winsize {
         ws_row: 0,
@@ -52,31 +58,43 @@ pub fn window_size(fd: impl AsFd) -> Option<WindowSize> {
     })
 }
 
+/// Windows: the console's size is not read yet (terminal mode is Unix-only until ConPTY).
+#[cfg(windows)]
+pub fn window_size<T>(_: T) -> Option<WindowSize> {
+    None
+}
+
+#[cfg(unix)]
 /// The person's window size: stdout's terminal, else stdin's.
 pub fn person_window_size() -> Option<WindowSize> {
     window_size(std::io::stdout()).or_else(|| window_size(std::io::stdin()))
 }
 
+#[cfg(unix)]
 /// Whether stdin is a terminal (attach needs a person typing).
 pub fn stdin_is_terminal() -> bool {
     std::io::stdin().is_terminal()
 }
 
+#[cfg(unix)]
 /// The mode to put back if a panic happens in raw mode (read by the panic hook). A plain
 /// `libc::termios` because nix's `Termios` is not `Sync`.
 static SAVED_MODE: Mutex<Option<libc::termios>> = Mutex::new(None);
 
+#[cfg(unix)]
 /// Puts stdin's terminal back into `mode`; best effort, there is nothing better to do on failure.
 fn restore(mode: &libc::termios) {
     let _ = termios::tcsetattr(std::io::stdin(), SetArg::TCSADRAIN, &Termios::from(*mode));
 }
 
+#[cfg(unix)]
 /// Stdin's terminal in raw mode (no echo, no line editing, no signals from keys, bytes as typed)
 /// until this is dropped.
 pub struct RawMode {
     saved: libc::termios,
 }
 
+#[cfg(unix)]
 impl RawMode {
     /// Switches stdin's terminal to raw mode, remembering the mode it had.
     pub fn enter() -> anyhow::Result<RawMode> {
@@ -93,6 +111,7 @@ impl RawMode {
     }
 }
 
+#[cfg(unix)]
 impl Drop for RawMode {
     fn drop(&mut self) {
         restore(&self.saved);
@@ -102,6 +121,7 @@ impl Drop for RawMode {
     }
 }
 
+#[cfg(unix)]
 /// Once per process: a panic first restores the terminal (if raw mode is on), then reports as
 /// usual, so the message is legible and the shell usable whatever happens after.
 fn install_panic_hook() {
@@ -120,6 +140,7 @@ fn install_panic_hook() {
     });
 }
 
+#[cfg(unix)]
 /// Reads stdin on a dedicated thread (a blocking read must not stall the runtime) and sends
 /// whatever each read returned: in raw mode that is every key as it is typed, several at once
 /// when they arrive together (a paste); in line mode a whole line. An empty chunk means end of

@@ -6,7 +6,8 @@
 //! - [`holder`]: the per-process holder (`yieldshelld hold`) and the daemon's link to it;
 //! - [`output`]: the per-process output log (ring + spool);
 //! - [`policy`]: per-session rules and secret redaction;
-//! - [`service`]: the gRPC handlers; [`listener`]: socket, activation, peer check;
+//! - [`service`]: the gRPC handlers; [`listener`]: socket, activation, peer check (on Windows:
+//!   the named pipe and its DACL, `listener_windows.rs`);
 //! - [`state`]: the [`Daemon`] state every handler and task shares, and retention;
 //! - [`error`]: the one error type (a kind and a message), and [`status`]: the typed words of
 //!   a process's end;
@@ -20,8 +21,14 @@ pub mod config;
 pub mod error;
 pub mod faults;
 pub mod heap;
+#[cfg(unix)]
 pub mod holder;
 pub mod limits;
+#[cfg(unix)]
+pub mod listener;
+/// Windows: the control plane on a named pipe.
+#[cfg(windows)]
+#[path = "listener_windows.rs"]
 pub mod listener;
 pub mod lock;
 pub mod output;
@@ -46,6 +53,7 @@ use yieldshell_proto::pb::control_server::ControlServer;
 
 use crate::config::DaemonConfig;
 use crate::lock::InstanceLock;
+#[cfg(unix)]
 use crate::process::reaper::{self, Reaper};
 use crate::record::RecordStore;
 use crate::registry::Registry;
@@ -55,12 +63,14 @@ use crate::state::RETENTION_TICK;
 
 /// Holders kept started and idle, so an `exec` does not wait for one to start (a burst beyond
 /// them starts its own).
+#[cfg(unix)]
 const IDLE_HOLDERS: usize = 2;
 
 /// Largest request the daemon decodes (a command line, a stdin write, an environment).
 pub const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
 
 /// Tells systemd (Type=notify) that the daemon is ready, when it runs under systemd.
+#[cfg(unix)]
 fn notify_systemd_ready() {
     let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
         return;
@@ -96,16 +106,21 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<Ended
     record::create_private_dir(&config.state_dir)
         .with_context(|| format!("creating state directory {}", config.state_dir.display()))?;
     let lock = InstanceLock::acquire(&config.state_dir)?;
+    #[cfg(unix)]
     reaper::become_subreaper().context("becoming a child subreaper")?;
+    #[cfg(unix)]
     let reaper = Reaper::start().context("installing the SIGCHLD handler")?;
     let store = RecordStore::open(&config.state_dir).context("opening the record store")?;
+    #[cfg(unix)]
     let holders = Arc::new(crate::holder::link::HolderPool::new(
         reaper.clone(),
         IDLE_HOLDERS,
     ));
     let daemon = Arc::new(Daemon {
         config: config.clone(),
+        #[cfg(unix)]
         reaper,
+        #[cfg(unix)]
         holders: holders.clone(),
         registry: Registry::default(),
         running: Arc::new(limits::RunningCounts::default()),
@@ -123,6 +138,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<Ended
     #[cfg(target_os = "linux")]
     process::spawn::holder_program();
     let lost = recovery::recover(&daemon);
+    #[cfg(unix)]
     tokio::task::spawn_blocking(move || holders.refill());
     let bound = listener::bind(&config.socket)?;
     tracing::info!(
@@ -160,11 +176,16 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<Ended
             .max_encoding_message_size(yieldshell_proto::client::MAX_MESSAGE_BYTES),
         listener::check_peer,
     );
-    let handshake = config.file.handshake_timeout();
-    let incoming = tokio_stream::StreamExt::map(
-        tokio_stream::wrappers::UnixListenerStream::new(bound.listener),
-        move |conn| conn.map(|c| listener::FirstBytesDeadline::new(c, handshake)),
-    );
+    #[cfg(unix)]
+    let incoming = {
+        let handshake = config.file.handshake_timeout();
+        tokio_stream::StreamExt::map(
+            tokio_stream::wrappers::UnixListenerStream::new(bound.listener),
+            move |conn| conn.map(|c| listener::FirstBytesDeadline::new(c, handshake)),
+        )
+    };
+    #[cfg(windows)]
+    let incoming = bound.listener.incoming();
     let shutdown = daemon.shutdown.clone();
     let mut server = tokio::spawn(
         tonic::transport::Server::builder()
@@ -173,6 +194,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<Ended
             .add_service(grpc)
             .serve_with_incoming_shutdown(incoming, async move { shutdown.cancelled().await }),
     );
+    #[cfg(unix)]
     notify_systemd_ready();
 
     let server_result = tokio::select! {
@@ -243,6 +265,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<Ended
     {
         server.abort();
     }
+    #[cfg(unix)]
     daemon.holders.drain();
     // Every queued record write reaches the disk before the daemon is gone.
     daemon.store.flush();
@@ -265,6 +288,7 @@ async fn futures_join_all(handles: Vec<JoinHandle<()>>) {
     }
 }
 
+#[cfg(unix)]
 fn spawn_signal_handlers(
     shutdown: CancellationToken,
     detach: CancellationToken,
@@ -289,6 +313,26 @@ fn spawn_signal_handlers(
                 }
                 _ = hup.recv() => { tracing::info!("SIGHUP ignored"); continue; }
             }
+        }
+        shutdown.cancel();
+    });
+    Ok(())
+}
+
+/// Windows: Ctrl+C or Ctrl+Break (a daemon run by hand in a console) shut the daemon down; a
+/// started one has no console and is stopped with `Shutdown` (`yieldctl daemon stop`). There is
+/// no equivalent of SIGUSR1 (processes end with the daemon here).
+#[cfg(windows)]
+fn spawn_signal_handlers(
+    shutdown: CancellationToken,
+    _detach: CancellationToken,
+) -> anyhow::Result<()> {
+    let mut ctrl_c = tokio::signal::windows::ctrl_c()?;
+    let mut ctrl_break = tokio::signal::windows::ctrl_break()?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = ctrl_c.recv() => tracing::info!("Ctrl+C received"),
+            _ = ctrl_break.recv() => tracing::info!("Ctrl+Break received"),
         }
         shutdown.cancel();
     });

@@ -73,6 +73,7 @@ fn init_logging(
 fn main() -> std::process::ExitCode {
     // A holder (`yieldshelld hold`, started by the daemon for each process) runs no runtime, no
     // logging and none of the daemon's setup: it is dispatched before anything else.
+    #[cfg(unix)]
     if std::env::args_os().nth(1).as_deref()
         == Some(std::ffi::OsStr::new(yieldshelld::holder::HOLD_ARG))
     {
@@ -94,6 +95,7 @@ fn main() -> std::process::ExitCode {
 
 /// Raises the soft open-file limit to the hard one: every managed process costs the daemon three
 /// pipe descriptors, and the common soft default (1024) would cap it at ~300 processes.
+#[cfg(unix)]
 fn raise_fd_limit() {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
@@ -107,6 +109,7 @@ fn raise_fd_limit() {
 ///
 /// A long-lived daemon must not keep its starter's pipes open (an editor waiting for EOF on a
 /// pipe its MCP server leaked would hang), and managed processes must not inherit them.
+#[cfg(unix)]
 fn close_inherited_fds() {
     let keep_from_systemd: u32 = match (std::env::var("LISTEN_PID"), std::env::var("LISTEN_FDS")) {
         (Ok(pid), Ok(n)) if pid.parse::<u32>().ok() == Some(std::process::id()) => {
@@ -131,10 +134,15 @@ fn close_inherited_fds() {
 }
 
 fn real_main(args: Args) -> anyhow::Result<yieldshelld::Ended> {
-    close_inherited_fds();
-    raise_fd_limit();
-    // Before any thread exists: managed processes must not inherit an ignored signal.
-    yieldshelld::process::spawn::reset_inherited_ignores();
+    // Windows needs none of these: handles are not inherited unless marked so, there is no
+    // descriptor limit to speak of, and no signal dispositions to inherit.
+    #[cfg(unix)]
+    {
+        close_inherited_fds();
+        raise_fd_limit();
+        // Before any thread exists: managed processes must not inherit an ignored signal.
+        yieldshelld::process::spawn::reset_inherited_ignores();
+    }
     let state_dir = match args.state_dir {
         Some(d) => d,
         None => paths::default_state_dir()?,

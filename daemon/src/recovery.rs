@@ -22,11 +22,14 @@ use std::time::{Duration, SystemTime};
 
 use crate::Daemon;
 use crate::output::OutputLog;
+#[cfg(unix)]
+use crate::process::ProcessFacts;
+#[cfg(unix)]
 use crate::process::actor::{self, ActorContext};
-use crate::process::reaper::ExitHow;
 use crate::process::tree::{self, Identity};
-use crate::process::{LostReason, ManagedProcess, ProcState, ProcessFacts, RecordStatus, Status};
+use crate::process::{LostReason, ManagedProcess, ProcState, RecordStatus, Status};
 use crate::record::ProcessRecord;
+use crate::status::ExitHow;
 
 /// Ring size for restored processes (the seed default; sessions cannot be consulted any more).
 const RESTORED_RING_BYTES: usize = 262_144;
@@ -46,11 +49,15 @@ struct Leftover {
 /// records were marked lost.
 pub fn recover(daemon: &Arc<Daemon>) -> usize {
     let mut leftovers = Vec::new();
+    #[cfg_attr(windows, allow(unused_mut))]
     let mut adopted = 0usize;
     for record in daemon.store.load_all() {
         let mut record = record;
         let mut state = restored_state(&record);
+        #[cfg(unix)]
         let dir = daemon.store.dir(&record.process_id);
+        // Windows has no holders: a process of an earlier daemon ended with it (its job closed).
+        #[cfg(unix)]
         if state.status == Status::Running {
             match crate::holder::link::attach(&dir) {
                 Ok(held) => match adopt(daemon, &record, held) {
@@ -71,6 +78,7 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
                 Err(_) => {}
             }
         }
+        #[cfg(unix)]
         if state.status == Status::Running
             && let Some(note) = crate::holder::link::exit_file(&dir)
         {
@@ -88,7 +96,9 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
             }
         }
         if state.status == Status::Running {
+            #[cfg_attr(windows, allow(unused_mut))]
             let (mut reason, pgid) = classify(&record);
+            #[cfg(unix)]
             if reason == LostReason::DaemonCrash && dir.join(crate::holder::SOCKET_NAME).exists() {
                 reason = LostReason::HolderDied;
             }
@@ -172,6 +182,7 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
 
 /// Re-adopts the process of `record` from its live holder: an actor on the holder's link, the
 /// output log rebuilt from the spool and continued at the holder's `next_seq`.
+#[cfg(unix)]
 fn adopt(
     daemon: &Arc<Daemon>,
     record: &ProcessRecord,

@@ -12,7 +12,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::DaemonConfig;
 use crate::heap;
 use crate::limits::RunningCounts;
-use crate::process::{self, reaper::Reaper};
+use crate::process;
+#[cfg(unix)]
+use crate::process::reaper::Reaper;
 use crate::record::RecordStore;
 use crate::registry::Registry;
 use crate::session::Sessions;
@@ -23,8 +25,10 @@ pub struct Daemon {
     /// Paths and limits.
     pub config: DaemonConfig,
     /// The only reaper.
+    #[cfg(unix)]
     pub reaper: Arc<Reaper>,
     /// Idle holders, ready for the next `exec`s.
+    #[cfg(unix)]
     pub holders: Arc<crate::holder::link::HolderPool>,
     /// Every known process.
     pub registry: Registry,

@@ -6,6 +6,15 @@
 use serde::{Deserialize, Serialize};
 use yieldshell_proto::pb;
 
+/// How a process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitHow {
+    /// Exited with a code.
+    Code(i32),
+    /// Killed by a signal (number; never on Windows).
+    Signal(i32),
+}
+
 /// Lifecycle status (DESIGN §3 "Statuses").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {

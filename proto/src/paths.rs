@@ -79,7 +79,7 @@ pub fn default_socket_path() -> PathBuf {
     #[cfg(windows)]
     {
         let user = std::env::var("USERNAME").unwrap_or_else(|_| "user".into());
-        PathBuf::from(format!(r"\\.\pipe\yieldshelld-{user}"))
+        PathBuf::from(format!(r"\\.\pipe\yieldshell-{user}"))
     }
     #[cfg(not(windows))]
     {

@@ -43,3 +43,4 @@ mod session_reconnect;
 mod shim;
 mod shim_jsonrpc;
 mod terminal;
+mod windows_wine;

@@ -219,6 +219,8 @@ fn print_status(ctx: &Ctx, s: &Status) -> anyhow::Result<u8> {
 }
 
 /// Asks whoever answers on `socket` for its handshake; never starts a daemon.
+// Used by the systemd and launchd backends only: Windows has no service backend yet.
+#[cfg_attr(windows, allow(dead_code))]
 pub async fn probe_daemon(socket: &Path) -> Option<pb::HelloResponse> {
     let mut opts = ConnectOptions::from_env("yieldctl");
     opts.socket = socket.to_path_buf();

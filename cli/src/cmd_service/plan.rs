@@ -13,6 +13,8 @@ use std::process::{Command, Stdio};
 use serde::Serialize;
 
 /// One change to the system.
+// Built by the systemd and launchd backends only: Windows has no service backend yet.
+#[cfg_attr(windows, allow(dead_code))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Step {
@@ -193,6 +195,7 @@ fn run_command(argv: &[String]) -> anyhow::Result<()> {
 /// Output of a query command (`systemctl --user is-active …`, `launchctl print …`): its trimmed
 /// stdout, or why there is none. Query commands report states through non-zero exit codes
 /// (`is-active` exits 3 for "inactive"), so only a missing answer is an error.
+#[cfg_attr(windows, allow(dead_code))]
 pub fn query(argv: &[&str]) -> Result<String, String> {
     let (program, args) = argv.split_first().ok_or("empty command")?;
     let out = Command::new(program)

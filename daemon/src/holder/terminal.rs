@@ -19,14 +19,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 
-/// A terminal's size in character cells.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TermSize {
-    /// Columns.
-    pub cols: u16,
-    /// Rows.
-    pub rows: u16,
-}
+pub use crate::process::terminal::{Modes, TermSize};
 
 /// A PTY just opened: its master, and the path of its slave (not opened here).
 #[derive(Debug)]
@@ -111,17 +104,6 @@ pub fn size(master: &impl AsFd) -> io::Result<TermSize> {
         cols: ws.ws_col,
         rows: ws.ws_row,
     })
-}
-
-/// What the terminal's line discipline is set to, as far as answers need it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Modes {
-    /// `ECHO` is off (a password prompt, or a program in raw mode that draws its own echo).
-    pub echo_off: bool,
-    /// `ICANON` is on: input is edited and delivered a line at a time.
-    pub canonical: bool,
-    /// The EOF character (`VEOF`, Ctrl-D unless changed).
-    pub eof_char: u8,
 }
 
 /// The terminal's modes, read through the master (on Linux `tcgetattr` on the master answers

@@ -37,7 +37,8 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use nix::sys::signal::Signal;
+use super::tree::Signal;
+#[cfg(unix)]
 use tokio::net::unix::pipe;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{AbortHandle, JoinHandle};
@@ -45,17 +46,23 @@ use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+#[cfg(unix)]
 use super::io::{StdinSink, stdin_writer};
-use super::reaper::ExitHow;
 use super::stop::{Interrupted, StopRun, Tick};
-use super::terminal::{MasterWriter, Terminal};
-use super::tree::{self, Identity, ProcessTree, SystemTree};
+#[cfg(unix)]
+use super::terminal::MasterWriter;
+use super::terminal::Terminal;
+#[cfg(unix)]
+use super::tree::SystemTree;
+use super::tree::{self, Identity, ProcessTree};
 use super::{
     Control, ManagedProcess, ProcState, ProcessFacts, Status, StdinWrite, StopOutcome, StopReason,
 };
+#[cfg(unix)]
 use crate::holder::link::{Held, HolderControl, Link};
 use crate::output::OutputLog;
 use crate::record::RecordStore;
+use crate::status::ExitHow;
 
 /// Timing knobs of the actor (from the daemon config).
 #[derive(Debug, Clone, Copy)]
@@ -92,11 +99,13 @@ pub struct ActorContext {
     /// records where it is and lets go.
     pub detach: CancellationToken,
     /// The daemon's reaper: tells our own children from adopted orphans.
+    #[cfg(unix)]
     pub reaper: Arc<super::reaper::Reaper>,
 }
 
 /// Starts the holder link, the stdin writer and the actor for a held process: one just
 /// started, or one a new daemon re-adopts (`state` then says what was known already).
+#[cfg(unix)]
 pub fn launch(
     facts: Arc<ProcessFacts>,
     running_slot: crate::limits::RunningSlot,
@@ -137,11 +146,12 @@ pub fn launch(
     });
     let aborts = vec![join.abort_handle()];
     let stdin_close = CancellationToken::new();
+    let holder = link.control.clone();
     tokio::spawn(stdin_writer(
         stdin,
         stdin_rx,
         stdin_close.clone(),
-        link.control.clone(),
+        move || holder.close_stdin(),
     ));
     let tree = SystemTree::held(ctx.reaper.clone(), held.holder, identity.pid);
     let actor = Actor::new(
@@ -163,14 +173,17 @@ pub fn launch(
 /// Tells the holder to stop reading output when dropped armed (the readers were cut off) —
 /// but not when the daemon is leaving its processes to their holders: its runtime then drops
 /// every task, and the process must keep its output.
+#[cfg(unix)]
 struct CutOnDrop(Option<HolderControl>, CancellationToken);
 
+#[cfg(unix)]
 impl CutOnDrop {
     fn disarm(mut self) {
         self.0 = None;
     }
 }
 
+#[cfg(unix)]
 impl Drop for CutOnDrop {
     fn drop(&mut self) {
         if let Some(c) = self.0.take()
@@ -788,3 +801,8 @@ fn answer(replies: Vec<(oneshot::Sender<StopOutcome>, StopOutcome)>) {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(windows)]
+mod windows;
+#[cfg(windows)]
+pub use windows::launch;

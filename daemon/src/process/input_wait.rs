@@ -78,6 +78,7 @@ pub enum InputEndpoint {
     },
 }
 
+#[cfg(unix)]
 impl InputEndpoint {
     /// Whether an fd link (`readlink /proc/<pid>/fd/<n>`) is this endpoint.
     fn is_link(&self, link: &str) -> bool {
@@ -143,6 +144,7 @@ pub fn parse_syscall(text: &str) -> Option<SyscallState> {
 /// Whether `nr` is a read of one fd's data (`read`, `readv`, `pread64`, `preadv`, `preadv2`).
 // `c_long` is `i64` here but `i32` on 32-bit targets: the conversion is not useless there.
 #[allow(clippy::useless_conversion)]
+#[cfg(unix)]
 pub fn is_read_syscall(nr: i64) -> bool {
     [
         libc::SYS_read,
@@ -157,6 +159,7 @@ pub fn is_read_syscall(nr: i64) -> bool {
 
 /// Whether `/proc/<pid>/fdinfo/<n>` describes an fd open for reading (its octal `flags` have
 /// access mode `O_RDONLY` or `O_RDWR`).
+#[cfg(unix)]
 pub fn fdinfo_readable(text: &str) -> Option<bool> {
     let flags = text
         .lines()
@@ -189,6 +192,7 @@ pub enum Verdict {
 
 /// Judges one process from its `stat` state letter, its `syscall` text and `wchan` text (`None`
 /// when unreadable) and its fds (see the module docs for the rule).
+#[cfg(unix)]
 pub fn judge(
     state: u8,
     syscall: Option<&str>,

@@ -1,11 +1,12 @@
-//! The process's stdin writer (its output comes from the holder: `holder::link`): a pipe, or
-//! for a terminal process the PTY master (`terminal::MasterWriter`).
+//! The process's stdin writer: a pipe, or for a terminal process the PTY master
+//! (`terminal::MasterWriter`). Its output comes from the holder (`holder::link`) on Unix, from
+//! the job's pipe readers (`job::read_into`) on Windows.
 //!
 //! It runs beside the actor and never touches [`ProcState`](super::ProcState): it serialises
 //! `write` requests, so a process that stops reading its input blocks only the writer (with a
 //! timeout), never the actor; writes that arrive meanwhile fail fast (`stdin_busy`) rather than
-//! queue. The holder keeps its own copy of the pipe (so stdin outlives the daemon); `eof` closes
-//! both.
+//! queue. On Unix the holder keeps its own copy of the pipe (so stdin outlives the daemon); `eof`
+//! closes both (`on_eof` tells the holder).
 
 use std::time::Duration;
 
@@ -16,26 +17,28 @@ use yieldshell_proto::errors::ErrorKind;
 
 use super::StdinWrite;
 use crate::error::Error;
-use crate::holder::link::HolderControl;
 
 /// How long a write to stdin may block before it is reported as not accepted.
 const STDIN_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where input goes: the stdin pipe, or a terminal's master.
+#[cfg(unix)]
 pub(super) type StdinSink = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// Writes `requests` to the process's stdin in order, until the actor closes it (`close`) or
-/// every sender is gone.
+/// every sender is gone. `on_eof` runs once, when an `eof` request has closed our end (to close
+/// other copies of the pipe).
 ///
 /// One write at a time: a request that arrives while an earlier one is still blocked (the process
 /// is not reading) is answered at once with `stdin_busy` instead of queueing silently behind it,
 /// so no `write` ever waits longer than its own [`STDIN_WRITE_TIMEOUT`].
-pub(super) async fn stdin_writer(
-    mut pipe: Option<StdinSink>,
+pub(super) async fn stdin_writer<W: AsyncWrite + Unpin>(
+    mut pipe: Option<W>,
     mut requests: mpsc::Receiver<StdinWrite>,
     close: CancellationToken,
-    holder: HolderControl,
+    on_eof: impl FnOnce(),
 ) {
+    let mut on_eof = Some(on_eof);
     loop {
         let req = tokio::select! {
             r = requests.recv() => match r { Some(r) => r, None => break },
@@ -81,9 +84,11 @@ pub(super) async fn stdin_writer(
         };
         if req.eof || matches!(&result, Err(e) if e.kind == ErrorKind::ProcessExited) {
             pipe = None;
-            if req.eof {
-                // Our end is closed; the holder's copy must go too for the process to see EOF.
-                holder.close_stdin();
+            if req.eof
+                && let Some(f) = on_eof.take()
+            {
+                // Our end is closed; any other copy must go too for the process to see EOF.
+                f();
             }
         }
         let _ = req.reply.send(result);

@@ -9,17 +9,26 @@
 pub mod actor;
 pub mod input_wait;
 mod io;
+#[cfg(windows)]
+pub mod job;
+#[cfg(unix)]
 pub mod reaper;
+#[cfg(unix)]
 pub mod spawn;
 mod stop;
 pub mod terminal;
+#[cfg(unix)]
 pub mod tree;
+/// Windows: a managed process's tree is its Job Object.
+#[cfg(windows)]
+#[path = "tree_windows.rs"]
+pub mod tree;
+mod tree_ops;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use nix::sys::signal::Signal;
 use tokio::sync::{mpsc, oneshot, watch};
 use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::pb;
@@ -27,9 +36,9 @@ use yieldshell_proto::pb;
 use crate::error::Error;
 use crate::output::OutputLog;
 use crate::record::{ProcessRecord, RECORD_FORMAT, RecordBytes};
+use crate::status::ExitHow;
 pub use crate::status::{EndedBy, LostReason, RecordStatus, Status};
-use reaper::ExitHow;
-use tree::Identity;
+use tree::{Identity, Signal};
 
 /// What the actor publishes about its process.
 #[derive(Debug, Clone)]

@@ -20,14 +20,7 @@ use std::time::Duration;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use tokio::sync::oneshot;
 
-/// How a process ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExitHow {
-    /// Exited with a code.
-    Code(i32),
-    /// Killed by a signal (number).
-    Signal(i32),
-}
+pub use crate::status::ExitHow;
 
 /// Dispatches exit statuses of our children by pid.
 #[derive(Debug, Default)]

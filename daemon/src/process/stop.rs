@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
+use super::tree::Signal;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 

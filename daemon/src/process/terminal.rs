@@ -32,17 +32,67 @@
 //! raw log bytes, so a stripped answer's `next_seq` pages exactly like a raw one.
 
 use std::io;
+#[cfg(unix)]
 use std::os::fd::{AsFd, OwnedFd};
+#[cfg(unix)]
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+#[cfg(unix)]
 use std::task::{Context, Poll, ready};
 
+#[cfg(unix)]
 use tokio::io::unix::AsyncFd;
 use yieldshell_proto::pb;
 
-use crate::holder::terminal::{self, Modes, TermSize};
+#[cfg(unix)]
+use crate::holder::terminal as master_ops;
 use crate::output::{OutputLog, StreamFilter};
 
+/// A terminal's size in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TermSize {
+    /// Columns.
+    pub cols: u16,
+    /// Rows.
+    pub rows: u16,
+}
+
+/// What the terminal's line discipline is set to, as far as answers need it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Modes {
+    /// `ECHO` is off (a password prompt, or a program in raw mode that draws its own echo).
+    pub echo_off: bool,
+    /// `ICANON` is on: input is edited and delivered a line at a time.
+    pub canonical: bool,
+    /// The EOF character (`VEOF`, Ctrl-D unless changed).
+    pub eof_char: u8,
+}
+
+/// The daemon's handle on a terminal's master. Terminal mode needs a PTY: on Windows (no ConPTY
+/// yet) no [`Terminal`] is ever made, so its master operations cannot be reached.
+#[cfg(unix)]
+type Master = OwnedFd;
+#[cfg(windows)]
+type Master = std::convert::Infallible;
+
+#[cfg(windows)]
+mod master_ops {
+    //! Stand-ins for the PTY master's operations where no terminal exists (see [`Master`]).
+    use super::{Master, Modes, TermSize};
+    use std::io;
+    pub fn size(m: &Master) -> io::Result<TermSize> {
+        match *m {}
+    }
+    pub fn set_size(m: &Master, _: TermSize) -> io::Result<()> {
+        match *m {}
+    }
+    pub fn modes(m: &Master) -> io::Result<Modes> {
+        match *m {}
+    }
+    pub fn foreground_group(m: &Master) -> Option<i32> {
+        match *m {}
+    }
+}
 /// The size of a terminal whose `exec` names none.
 pub const DEFAULT_SIZE: TermSize = TermSize {
     cols: 120,
@@ -86,7 +136,7 @@ struct Emulator {
 pub struct Terminal {
     /// Released once the process has ended ([`Terminal::release`]): a daemon keeps up to a
     /// thousand ended processes, and their terminals must not cost a descriptor each.
-    master: Mutex<Option<OwnedFd>>,
+    master: Mutex<Option<Master>>,
     emulator: Mutex<Emulator>,
 }
 
@@ -96,6 +146,7 @@ impl std::fmt::Debug for Terminal {
     }
 }
 
+#[cfg(unix)]
 fn parser_of(size: TermSize) -> vt100::Parser {
     let cell = |v: u16, default: u16| std::num::NonZeroU16::new(v).unwrap_or_else(|| nz(default));
     vt100::Parser::new(
@@ -112,8 +163,9 @@ fn nz(v: u16) -> std::num::NonZeroU16 {
 impl Terminal {
     /// The terminal of a process whose master is `master`; its emulator starts at the log's
     /// beginning, or (re-adoption) [`REBUILD_BYTES`] before the log's end.
+    #[cfg(unix)]
     pub fn new(master: OwnedFd, log: &OutputLog) -> Terminal {
-        let size = terminal::size(&master).unwrap_or(DEFAULT_SIZE);
+        let size = master_ops::size(&master).unwrap_or(DEFAULT_SIZE);
         let end = log.end().next_seq;
         Terminal {
             master: Mutex::new(Some(master)),
@@ -129,7 +181,7 @@ impl Terminal {
     }
 
     /// Runs `f` on the master while the daemon has it.
-    fn with_master<T>(&self, f: impl FnOnce(&OwnedFd) -> T) -> Option<T> {
+    fn with_master<T>(&self, f: impl FnOnce(&Master) -> T) -> Option<T> {
         self.master
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -145,7 +197,7 @@ impl Terminal {
     /// The window size: the kernel's while the master is held, else the emulator's (the size the
     /// terminal last had).
     pub fn size(&self) -> Option<TermSize> {
-        self.with_master(|m| terminal::size(m).ok())
+        self.with_master(|m| master_ops::size(m).ok())
             .flatten()
             .or_else(|| {
                 let (rows, cols) = self.emulator().parser.screen().size();
@@ -158,17 +210,17 @@ impl Terminal {
 
     /// The line discipline's modes (echo, EOF character).
     pub fn modes(&self) -> Option<Modes> {
-        self.with_master(|m| terminal::modes(m).ok()).flatten()
+        self.with_master(|m| master_ops::modes(m).ok()).flatten()
     }
 
     /// The foreground process group.
     pub fn foreground_group(&self) -> Option<i32> {
-        self.with_master(terminal::foreground_group).flatten()
+        self.with_master(master_ops::foreground_group).flatten()
     }
 
     /// Resizes the terminal (the foreground group gets SIGWINCH) and the emulator.
     pub fn resize(&self, size: TermSize) -> io::Result<()> {
-        self.with_master(|m| terminal::set_size(m, size))
+        self.with_master(|m| master_ops::set_size(m, size))
             .unwrap_or_else(|| Err(io::Error::other("the terminal is gone with its process")))?;
         self.emulator()
             .parser
@@ -310,8 +362,10 @@ pub const KEY_NAMES: &str = "Enter, Tab, Esc, Backspace, Up, Down, Left, Right, 
 
 /// Writes to the PTY master (the stdin writer's sink for a terminal process). The master is
 /// non-blocking; a full input queue waits for the terminal to drain, as a pipe would.
+#[cfg(unix)]
 pub struct MasterWriter(AsyncFd<OwnedFd>);
 
+#[cfg(unix)]
 impl MasterWriter {
     /// Over `master` (made non-blocking: its file description is shared with the holder, whose
     /// reads only follow `poll` and take `EAGAIN` in their stride).
@@ -327,6 +381,7 @@ impl MasterWriter {
     }
 }
 
+#[cfg(unix)]
 impl tokio::io::AsyncWrite for MasterWriter {
     fn poll_write(
         self: Pin<&mut Self>,

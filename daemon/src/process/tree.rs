@@ -15,20 +15,14 @@
 //! The actor reaches all of this through the [`ProcessTree`] trait ([`SystemTree`] here; a fake in
 //! the actor's tests), and runs the `/proc` scans on the blocking pool ([`off_runtime`]).
 
-use nix::sys::signal::{Signal, kill, killpg};
+pub use nix::sys::signal::Signal;
+use nix::sys::signal::{kill, killpg};
 use nix::unistd::Pid;
+
+pub use super::tree_ops::{Identity, ProcessTree, off_runtime};
 
 /// The environment variable carrying a process's YieldShell id (DESIGN §4).
 pub const MARKER_VAR: &str = "YIELDSHELL_PROCESS_ID";
-
-/// A process identified by pid and start time, immune to pid reuse.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Identity {
-    /// Process id.
-    pub pid: i32,
-    /// Start time in clock ticks after boot (0 where unknown).
-    pub start_time: u64,
-}
 
 /// Fields of `/proc/<pid>/stat` we use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -409,58 +403,6 @@ pub fn parse_signal(name: &str) -> Option<Signal> {
 
 #[cfg(test)]
 pub mod fake;
-
-/// The operations on a managed process's tree that the actor and its stops use, behind one
-/// seam: [`SystemTree`] does them for real (`killpg`, `kill`, `/proc`), and the actor's unit tests
-/// use a fake whose process set they control and which records every call.
-///
-/// The scans (`find_tree`, `split_tree`, `find_escapees`) read `/proc` and may take milliseconds
-/// on a busy machine; the actor runs them on the blocking pool (see [`off_runtime`]). The rest are single
-/// syscalls or one small `/proc` read, cheap enough for the actor's task.
-pub trait ProcessTree: Clone + Send + Sync + 'static {
-    /// Sends `signal` to the process group `pgid`, or with `None` only checks it. Whether the
-    /// group has a member.
-    fn signal_group(&self, pgid: i32, signal: Option<Signal>) -> bool;
-
-    /// Sends `signal` to each of `members` still alive with the same identity.
-    fn signal_members(&self, members: &[Identity], signal: Signal);
-
-    /// Whether this exact process (pid and start time) is still alive.
-    fn is_alive(&self, id: Identity) -> bool;
-
-    /// Every live process of the tree: the group `pgid` and the processes marked `process_id`.
-    fn find_tree(&self, pgid: i32, process_id: &str) -> Vec<Identity>;
-
-    /// The tree split in two: the members of the group `pgid`, and the marked processes outside
-    /// it.
-    fn split_tree(&self, pgid: i32, process_id: &str) -> (Vec<Identity>, Vec<Identity>);
-
-    /// Marked processes left once the group is empty (they left it).
-    fn find_escapees(&self, process_id: &str) -> Vec<Identity>;
-
-    /// The group `pgid` (if any) and then each listed member get `signal`.
-    fn signal_tree(&self, pgid: Option<i32>, members: &[Identity], signal: Signal) {
-        if let Some(g) = pgid {
-            self.signal_group(g, Some(signal));
-        }
-        self.signal_members(members, signal);
-    }
-}
-
-/// Runs a `/proc` scan of `tree` on the blocking pool, off the runtime's workers: a scan reads
-/// two files per process of the machine, and many stops at once (a session stopping its fifty
-/// processes) would otherwise stall every RPC on those workers. A panic in the scan is resumed
-/// in the caller, the actor, whose watchdog then takes the tree down.
-pub async fn off_runtime<T: ProcessTree, R: Send + 'static>(
-    tree: &T,
-    f: impl FnOnce(&T) -> R + Send + 'static,
-) -> R {
-    let tree = tree.clone();
-    match tokio::task::spawn_blocking(move || f(&tree)).await {
-        Ok(r) => r,
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
-    }
-}
 
 /// The real tree: signals and `/proc` scans. Escapees are looked for under the holder's
 /// children (it is the tree's subreaper): anything there but the shell is an adopted orphan.

@@ -76,7 +76,8 @@ pub(super) fn status(svc: &ControlService) -> pb::StatusResponse {
         tasks: tokio::runtime::Handle::current()
             .metrics()
             .num_alive_tasks() as u64,
-        holders: true,
+        // Windows has no holders: its processes end with the daemon.
+        holders: cfg!(unix),
     }
 }
 
@@ -104,18 +105,20 @@ pub(super) fn shutdown(svc: &ControlService, req: &pb::ShutdownRequest) -> pb::S
         .filter(|p| p.is_running())
         .count();
     let running = u32::try_from(running).unwrap_or(u32::MAX);
+    // Windows has no holders: its processes end with the daemon whatever is asked.
+    let keep = cfg!(unix) && req.keep_processes;
     tracing::info!(
         running,
-        keep_processes = req.keep_processes,
+        keep_processes = keep,
         "shutdown requested over the control socket"
     );
-    if req.keep_processes {
+    if keep {
         // Before the shutdown itself: every actor lets go of its process (the holders carry
         // on alone), and no sweep stops a tree.
         svc.daemon.detach.cancel();
     }
     svc.daemon.shutdown.cancel();
-    if req.keep_processes {
+    if keep {
         pb::ShutdownResponse {
             stopping: 0,
             kept: running,

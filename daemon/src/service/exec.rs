@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -19,13 +18,15 @@ use super::output::{outcome_fields, until_matcher, wait_until_match};
 use super::{
     ControlService, MAX_DURATION_MS, MAX_WRITE_BYTES, at_most, clamp_output_bytes, output_to_pb,
 };
+#[cfg(unix)]
 use crate::holder::HoldSpec;
+#[cfg(unix)]
 use crate::holder::link;
-use crate::holder::terminal::TermSize;
 use crate::output::{OutputLog, ReadQuery, StreamFilter};
 use crate::policy::Refusal;
 use crate::policy::redact::Redactor;
 use crate::process::actor::{self, ActorContext};
+use crate::process::terminal::TermSize;
 use crate::process::{ManagedProcess, ProcessFacts, Status, input_wait, new_process_id, terminal};
 use crate::session::{Session, check_env_size};
 
@@ -169,6 +170,15 @@ pub(super) async fn exec(
     if let Err(r) = check_ranges(&req, policy.default_timeout_ms) {
         return Ok(refused(r));
     }
+    #[cfg(windows)]
+    if req.tty {
+        return Ok(refused(Refusal {
+            kind: ErrorKind::InvalidArgument,
+            message: "terminal mode (tty) is unsupported on Windows: processes run on pipes \
+                      (ConPTY support is planned); run without tty"
+                .to_string(),
+        }));
+    }
     // A ready-wait's pattern is compiled before anything runs, so a bad one starts nothing.
     let mut until = match req.until.as_deref().filter(|u| !u.is_empty()) {
         Some(pattern) => match until_matcher(pattern) {
@@ -251,6 +261,7 @@ pub(super) async fn exec(
         redactor,
         timeout,
         terminal,
+        shell: req.shell.clone(),
     };
     let (svc_for_start, session_for_start) = (svc.clone(), session.clone());
     let started =
@@ -388,7 +399,13 @@ struct StartRequest {
     env: Vec<(OsString, OsString)>,
     redactor: Option<Arc<Redactor>>,
     timeout: Option<Duration>,
+    /// Windows refuses `tty` before a request is made (no ConPTY yet).
+    #[cfg_attr(windows, allow(dead_code))]
     terminal: Option<TermSize>,
+    /// The request's `shell`: on Windows, `powershell`/`pwsh` selects PowerShell; elsewhere
+    /// commands always run with `/bin/sh -c`.
+    #[cfg_attr(unix, allow(dead_code))]
+    shell: Option<String>,
 }
 
 /// The terminal an `exec` asks for (`tty`, with `cols`/`rows` or the default size); sizes
@@ -415,7 +432,7 @@ fn terminal_of(req: &pb::ExecRequest) -> Result<Option<TermSize>, Refusal> {
 fn start(
     svc: &ControlService,
     session: &Session,
-    req: StartRequest,
+    mut req: StartRequest,
 ) -> Result<Arc<ManagedProcess>, Refusal> {
     let d = &svc.daemon;
     let limit = |m: String| Refusal {
@@ -488,20 +505,45 @@ fn start(
             String::from_utf8_lossy(&r.redact(req.name.as_bytes())).into_owned(),
             r.redact(&req.command),
         ),
-        None => (req.name, req.command.clone()),
+        None => (std::mem::take(&mut req.name), req.command.clone()),
     };
     let facts = Arc::new(ProcessFacts {
         id,
         session_id: session.id.clone(),
         name,
         command: shown_command,
-        cwd: req.cwd,
+        cwd: std::mem::take(&mut req.cwd),
         started_at: SystemTime::now(),
     });
     // Queued before the spawn, so the record exists (with the command) for the next daemon even
     // if this one crashes right after; the directory alone already would.
     d.store.save(&facts.starting_record());
     crate::faults::delay_spawn(&req.command); // tests only (RELIABILITY F3)
+    let (proc, handle) = spawn_and_launch(d, session, facts, slot, &dir, req)?;
+    d.registry.insert(proc.clone());
+    d.track_actor(proc.clone(), handle);
+    tracing::info!(process_id = %proc.facts.id, pid = proc.state().identity.map(|i| i.pid), session = %session.id, "started");
+    Ok(proc)
+}
+
+/// A started process and its actor's handle.
+type Launched = (Arc<ManagedProcess>, tokio::task::JoinHandle<()>);
+
+/// Unix: starts the command under a holder (DESIGN §10) and the actor on the holder's link.
+#[cfg(unix)]
+fn spawn_and_launch(
+    d: &crate::Daemon,
+    session: &Session,
+    facts: Arc<ProcessFacts>,
+    slot: crate::limits::RunningSlot,
+    dir: &std::path::Path,
+    req: StartRequest,
+) -> Result<Launched, Refusal> {
+    use std::os::unix::ffi::OsStringExt;
+    let internal = |what: &str, e: std::io::Error| Refusal {
+        kind: ErrorKind::SpawnFailed,
+        message: format!("{what}: {e}"),
+    };
     let spool_cap = d.config.file.spool_max_bytes();
     let spec = HoldSpec {
         process_id: facts.id.clone(),
@@ -532,7 +574,7 @@ fn start(
     };
     let output = Arc::new(OutputLog::held(
         usize::try_from(session.policy.max_buffer_bytes).unwrap_or(usize::MAX),
-        (spool_cap > 0).then_some(dir.as_path()),
+        (spool_cap > 0).then_some(dir),
     ));
     let ctx = ActorContext {
         timing: d.config.file.timing(),
@@ -554,10 +596,73 @@ fn start(
             return Err(internal("could not supervise the process", e));
         }
     };
-    d.registry.insert(proc.clone());
-    d.track_actor(proc.clone(), handle);
-    tracing::info!(process_id = %proc.facts.id, pid = proc.state().identity.map(|i| i.pid), session = %session.id, "started");
-    Ok(proc)
+    Ok((proc, handle))
+}
+
+/// Windows: starts the command in a Job Object of its own (`process::job`) and the actor on its
+/// pipes. No holder: the process ends with the daemon.
+#[cfg(windows)]
+fn spawn_and_launch(
+    d: &crate::Daemon,
+    session: &Session,
+    facts: Arc<ProcessFacts>,
+    slot: crate::limits::RunningSlot,
+    dir: &std::path::Path,
+    req: StartRequest,
+) -> Result<Launched, Refusal> {
+    let powershell = req
+        .shell
+        .as_deref()
+        .map(|s| s.trim().to_ascii_lowercase())
+        .is_some_and(|s| {
+            matches!(
+                s.as_str(),
+                "powershell" | "powershell.exe" | "pwsh" | "pwsh.exe"
+            )
+        });
+    let spec = crate::process::job::JobSpec {
+        command: req.command,
+        powershell,
+        cwd: facts.cwd.clone(),
+        env: req.env,
+        process_id: facts.id.clone(),
+    };
+    let started = match crate::process::job::spawn(&spec) {
+        Ok(s) => s,
+        Err(e) => {
+            d.store.remove(&facts.id);
+            let shell = if powershell {
+                "powershell.exe"
+            } else {
+                "cmd.exe"
+            };
+            return Err(Refusal {
+                kind: ErrorKind::SpawnFailed,
+                message: format!("could not start {shell}: {e}"),
+            });
+        }
+    };
+    let spool_cap = d.config.file.spool_max_bytes();
+    let output = Arc::new(OutputLog::new(
+        usize::try_from(session.policy.max_buffer_bytes).unwrap_or(usize::MAX),
+        (spool_cap > 0).then_some(dir),
+        spool_cap,
+    ));
+    let ctx = ActorContext {
+        timing: d.config.file.timing(),
+        store: d.store.clone(),
+        shutdown: d.shutdown.clone(),
+        detach: d.detach.clone(),
+    };
+    Ok(actor::launch(
+        facts,
+        slot,
+        started,
+        output,
+        req.redactor,
+        req.timeout,
+        ctx,
+    ))
 }
 
 fn respond(proc: &ManagedProcess, max_out: usize, yield_ms: u64) -> pb::ExecResponse {

@@ -10,6 +10,7 @@
 
 mod admin;
 mod exec;
+#[cfg(unix)]
 mod exec_line;
 mod output;
 mod procs;

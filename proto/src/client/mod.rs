@@ -459,7 +459,18 @@ pub async fn connect_or_start(opts: &ConnectOptions) -> Result<Connection, Clien
 }
 
 /// The directory holding the socket, the start lock and the start log.
+///
+/// Windows: a named pipe (`\\.\pipe\NAME`) lives in no directory, so the lock and the log go
+/// to `<temp>\yieldshell-NAME`, one directory per pipe name.
 fn socket_dir(socket: &Path) -> PathBuf {
+    #[cfg(windows)]
+    if let Some(name) = socket
+        .to_str()
+        .and_then(|s| s.strip_prefix(r"\\.\pipe\"))
+        .filter(|n| !n.is_empty() && !n.contains('\\'))
+    {
+        return std::env::temp_dir().join(format!("yieldshell-{name}"));
+    }
     socket
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -488,6 +499,9 @@ pub fn daemon_has_exited(socket: &Path, state_dir: &Path, pid: u32) -> io::Resul
     if instance_lock::recorded_pid(state_dir).is_some_and(|recorded| recorded != pid) {
         return Ok(Some(true));
     }
+    // A named pipe's lock directory exists only once a client has started a daemon on it.
+    #[cfg(windows)]
+    std::fs::create_dir_all(socket_dir(socket))?;
     let (start_lock, _) = open_start_lock(&socket_dir(socket))?;
     match start_lock.try_lock() {
         Ok(()) => {}
@@ -654,7 +668,10 @@ fn detach(cmd: &mut std::process::Command) {
     use std::os::windows::process::CommandExt;
     const DETACHED_PROCESS: u32 = 0x0000_0008;
     const CREATE_NEW_PROCESS_GROUP: u32 = 0x0000_0200;
-    cmd.creation_flags(DETACHED_PROCESS | CREATE_NEW_PROCESS_GROUP);
+    const CREATE_NO_WINDOW: u32 = 0x0800_0000;
+    // No console of the client's (its Ctrl+C and closing never reach the daemon), and never a
+    // console window of its own.
+    cmd.creation_flags(DETACHED_PROCESS | CREATE_NEW_PROCESS_GROUP | CREATE_NO_WINDOW);
 }
 
 #[cfg(test)]

@@ -139,12 +139,19 @@ pub fn shlex_split(s: &str) -> Result<Vec<String>, String> {
 /// `cwd`; any other name is searched in `path`), or the `OSError` text Python reports:
 /// `[Errno 2] No such file or directory: 'x'` or `[Errno 13] Permission denied: 'x'`.
 pub fn find_program(program: &str, path: Option<&str>, cwd: &Path) -> Result<PathBuf, String> {
-    use std::os::unix::fs::PermissionsExt;
     let not_found = || format!("[Errno 2] No such file or directory: '{program}'");
     let denied = || format!("[Errno 13] Permission denied: '{program}'");
     let executable = |p: &Path| {
         std::fs::metadata(p)
-            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .map(|m| {
+                // Windows has no execute bit: any file is taken as runnable there.
+                #[cfg(unix)]
+                let runnable =
+                    std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0;
+                #[cfg(not(unix))]
+                let runnable = true;
+                m.is_file() && runnable
+            })
             .unwrap_or(false)
     };
     if program.contains('/') {

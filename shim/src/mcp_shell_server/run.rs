@@ -11,7 +11,6 @@
 //! not the shell's builtin.
 
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 use yieldshell_proto::pb;
 
@@ -66,9 +65,17 @@ pub fn resolve(program: &str, path: &str) -> Option<String> {
 /// Python's `OSError` text for an I/O error on `path`: `[Errno 21] Is a directory: '/x'`.
 pub fn os_error(e: &std::io::Error, path: &Path) -> String {
     match e.raw_os_error() {
+        #[cfg(unix)]
         Some(code) => format!(
             "[Errno {code}] {}: '{}'",
             nix::errno::Errno::from_raw(code).desc(),
+            path.display()
+        ),
+        // Windows: the system's own text for the error code.
+        #[cfg(not(unix))]
+        Some(code) => format!(
+            "[Errno {code}] {}: '{}'",
+            std::io::Error::from_raw_os_error(code),
             path.display()
         ),
         None => e.to_string(),
@@ -76,8 +83,18 @@ pub fn os_error(e: &std::io::Error, path: &Path) -> String {
 }
 
 fn signal_number(name: Option<&str>) -> i32 {
-    name.and_then(|n| nix::sys::signal::Signal::from_str(n).ok())
-        .map_or(-1, |s| -(s as i32))
+    #[cfg(unix)]
+    {
+        use std::str::FromStr;
+        name.and_then(|n| nix::sys::signal::Signal::from_str(n).ok())
+            .map_or(-1, |s| -(s as i32))
+    }
+    // Windows processes end by exit code only; no signal is ever reported.
+    #[cfg(not(unix))]
+    {
+        let _ = name;
+        -1
+    }
 }
 
 fn ended(p: &pb::ProcessInfo) -> Ended {

@@ -92,6 +92,37 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// Path of a Windows binary of this workspace (`<name>.exe`, built by `cargo build --target
+/// x86_64-pc-windows-gnu`; `.ci/run` builds them before the Wine tests). Like [`bin`], one older
+/// than its sources is refused.
+pub fn windows_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let target = exe
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .expect("target dir");
+    let path = target
+        .join("x86_64-pc-windows-gnu")
+        .join("debug")
+        .join(format!("{name}.exe"));
+    let build = "cargo build --target x86_64-pc-windows-gnu --workspace --exclude yieldshell-tests --exclude yieldshell-bench --bins";
+    assert!(
+        path.is_file(),
+        "{} is missing: run `{build}` first",
+        path.display()
+    );
+    let built = std::fs::metadata(&path)
+        .and_then(|m| m.modified())
+        .expect("binary mtime");
+    assert!(
+        built >= newest_source(name),
+        "{} is older than its sources: run `{build}` first",
+        path.display()
+    );
+    path
+}
+
 /// The test helper program.
 pub fn testbin() -> String {
     bin("yieldshell-testbin").display().to_string()

@@ -20,7 +20,7 @@ mod stats;
 // Like the items (`dead_code` above), a re-export no test module uses at the moment must not
 // fail `-D warnings`: test modules come and go, the helper stays.
 #[allow(unused_imports)]
-pub use binaries::{bin, json, run, testbin};
+pub use binaries::{bin, json, run, testbin, windows_bin};
 #[allow(unused_imports)]
 pub use client::{Client, exec_req};
 #[allow(unused_imports)]
