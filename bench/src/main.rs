@@ -12,6 +12,7 @@ mod measure;
 mod report;
 mod servers;
 mod stats;
+mod terminal;
 
 use std::path::PathBuf;
 
@@ -41,6 +42,10 @@ pub struct Opts {
     /// counts do not depend on the build: debug binaries are fine.
     #[arg(long)]
     pub agent_cost: bool,
+    /// Only terminal mode (DESIGN §9): exec latency on a PTY beside pipes, flood throughput
+    /// through a PTY, and prompt-to-waiting_for_input latency; prints JSON.
+    #[arg(long)]
+    pub terminal: bool,
     /// Agent-cost mode: how long the scripted test run takes, in seconds.
     #[arg(long, default_value_t = 20)]
     pub test_run_seconds: u32,
@@ -59,6 +64,9 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     if opts.agent_cost {
         return runtime.block_on(agent_cost::run(&opts));
+    }
+    if opts.terminal {
+        return runtime.block_on(terminal::run(&opts));
     }
     runtime.block_on(measure::run_all(&opts))
 }

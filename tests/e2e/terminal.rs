@@ -485,14 +485,18 @@ async fn the_mcp_tools_run_a_repl_on_a_terminal() {
     })
     .await;
     assert_eq!(prompt["cursor"], json!([0, 4]), "{prompt}");
+    // Its line editor turned echo off in raw mode and echoes itself: not a password prompt.
+    assert!(prompt.get("echo_off").is_none(), "{prompt}");
     let w = body(
         &mcp.call(
             "write",
-            json!({"process_id": id, "input": "6*7", "keys": ["Enter"], "until": "^42"}),
+            json!({"process_id": id, "input": "6*7", "keys": ["Enter"], "until": "^42$"}),
         )
         .await,
     );
+    // Matched as the line reads (the terminal wrote "42\r\n"), and shown so.
     assert_eq!(w["wait_result"], "matched", "{w}");
+    assert_eq!(w["matched_line"], "42", "{w}");
     assert!(w["stdout"].as_str().expect("stdout").contains("42"), "{w}");
     let bad = body(
         &mcp.call("write", json!({"process_id": id, "keys": ["Hyper"]}))

@@ -32,9 +32,10 @@
 //! (a kernel that shows only `wait_woken` there leaves it unknown). Every member of the session
 //! is judged rather than only the foreground process group: a background member that reads
 //! the terminal is stopped by SIGTTIN (state `T`), so it never counts anyway. `echo_off` is the
-//! terminal's termios `ECHO` bit, read through the master (`ManagedProcess::info_of`). A
-//! program that waits in `select`/`poll` on the terminal (Python's REPL with GNU readline,
-//! shells with line editing) is not seen, as in pipe mode.
+//! terminal's termios read through the master (`ManagedProcess::info_of`): `ECHO` off while
+//! `ICANON` is on, as a password prompt sets it (raw mode, where a program draws its own echo,
+//! does not count). A program that waits in `select`/`poll` on the terminal (Python's REPL
+//! with GNU readline, shells with line editing) is not seen, as in pipe mode.
 //!
 //! # Cost
 //! One check reads the shell's fd 0 link, `stat` and `syscall`, and the same per member of its

@@ -419,6 +419,15 @@ impl ManagedProcess {
         self.info_of(&self.state())
     }
 
+    /// Output text as answers give it (a matched line): without escape sequences for a
+    /// terminal process.
+    pub fn answer_text(&self, text: Vec<u8>) -> Vec<u8> {
+        match self.terminal {
+            Some(_) => terminal::plain_text(&text),
+            None => text,
+        }
+    }
+
     /// `out` as answers give it: for a terminal process, the text without escape sequences
     /// (`terminal::plain_text`) unless `raw`; sequence numbers stay those of the raw log.
     pub fn answer_output(&self, mut out: pb::Output, raw: bool) -> pb::Output {
@@ -466,13 +475,16 @@ impl ManagedProcess {
             // Needs a `/proc` check off the runtime: the RPC handlers add it (`input_wait`).
             waiting_for_input: None,
             tty: self.terminal.is_some(),
-            // The terminal's ECHO bit, while something runs on it (one ioctl on the master).
+            // While something runs on it (one ioctl on the master): the terminal edits lines
+            // but does not echo them, as a password prompt sets it (`getpass`, `ssh`, `sudo`).
+            // A program in raw mode (a REPL's line editor, a full-screen program) turns echo
+            // off too, but draws its own: that is not reported.
             echo_off: self
                 .terminal
                 .as_ref()
                 .filter(|_| state.status == Status::Running)
                 .and_then(|t| t.modes())
-                .map(|m| m.echo_off),
+                .map(|m| m.echo_off && m.canonical),
             cols: size.map_or(0, |s| u32::from(s.cols)),
             rows: size.map_or(0, |s| u32::from(s.rows)),
         }

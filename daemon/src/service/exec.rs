@@ -172,7 +172,7 @@ pub(super) async fn exec(
     // A ready-wait's pattern is compiled before anything runs, so a bad one starts nothing.
     let mut until = match req.until.as_deref().filter(|u| !u.is_empty()) {
         Some(pattern) => match until_matcher(pattern) {
-            Ok(m) => Some(m),
+            Ok(m) => Some(m.on_terminal(req.tty)),
             Err(message) => {
                 return Ok(refused(Refusal {
                     kind: ErrorKind::InvalidArgument,
@@ -323,7 +323,7 @@ pub(super) async fn exec(
         },
     }
     let mut resp = pb::ExecResponse {
-        matched_line,
+        matched_line: proc.answer_text(matched_line),
         matched_seq,
         ..respond(&proc, max_out, yield_ms)
     };

@@ -267,6 +267,10 @@ pub(super) fn follow(
 pub(super) struct LineMatcher {
     re: Regex,
     partial: [LineWindow; 2],
+    /// A terminal process's lines: a whole line is matched as its text without escape sequences
+    /// (`terminal::plain_text`: `^42$` matches the `42\r` a terminal writes), and that text is
+    /// the matched line. A line over [`MAX_MATCH_LINE`] is searched raw, window by window.
+    terminal: bool,
 }
 
 /// A stream's unfinished line, or the window of it still to search.
@@ -322,11 +326,23 @@ impl LineWindow {
         None
     }
 
+    /// The whole line as a terminal showed it, while it is one window.
+    fn terminal_text(&self, re: &Regex) -> Option<Option<(u64, Vec<u8>)>> {
+        if self.context > 0 {
+            return None;
+        }
+        let text = crate::process::terminal::plain_text(&self.bytes);
+        Some(re.is_match(&text).then_some((self.seq, text)))
+    }
+
     /// Ends the line at a newline: the last window is searched with the line's true end.
-    fn finish(&mut self, re: &Regex) -> Option<(u64, Vec<u8>)> {
-        let found = self
-            .matches(re, true)
-            .then(|| (self.seq, self.window().to_vec()));
+    fn finish(&mut self, re: &Regex, terminal: bool) -> Option<(u64, Vec<u8>)> {
+        let found = match terminal.then(|| self.terminal_text(re)).flatten() {
+            Some(found) => found,
+            None => self
+                .matches(re, true)
+                .then(|| (self.seq, self.window().to_vec())),
+        };
         self.bytes.clear();
         self.context = 0;
         self.started = false;
@@ -339,7 +355,14 @@ impl LineMatcher {
         LineMatcher {
             re,
             partial: [LineWindow::default(), LineWindow::default()],
+            terminal: false,
         }
+    }
+
+    /// Matches lines as a terminal process's (see [`LineMatcher::terminal`]) when `terminal`.
+    pub(super) fn on_terminal(mut self, terminal: bool) -> LineMatcher {
+        self.terminal = terminal;
+        self
     }
 
     /// Feeds a run; returns the first line that matches (its start seq, and the line — or, for a
@@ -351,7 +374,7 @@ impl LineMatcher {
             // (An empty line starts at its newline: `extend` notes the start even of nothing.)
             let found = line
                 .extend(&self.re, seq + start as u64, &data[start..nl])
-                .or_else(|| line.finish(&self.re));
+                .or_else(|| line.finish(&self.re, self.terminal));
             if found.is_some() {
                 return found;
             }
@@ -367,8 +390,15 @@ impl LineMatcher {
     fn check_partial(&self) -> Option<(u64, Vec<u8>)> {
         self.partial
             .iter()
-            .find(|l| !l.window().is_empty() && l.matches(&self.re, true))
-            .map(|l| (l.seq, l.window().to_vec()))
+            .filter(|l| !l.window().is_empty())
+            .find_map(
+                |l| match self.terminal.then(|| l.terminal_text(&self.re)).flatten() {
+                    Some(found) => found,
+                    None => l
+                        .matches(&self.re, true)
+                        .then(|| (l.seq, l.window().to_vec())),
+                },
+            )
     }
 }
 
@@ -444,7 +474,11 @@ pub(super) async fn wait(
         .until
         .as_deref()
         .filter(|u| !u.is_empty())
-        .map(|pattern| until_matcher(pattern).map_err(|m| ErrorKind::InvalidArgument.status(m)))
+        .map(|pattern| {
+            until_matcher(pattern)
+                .map(|m| m.on_terminal(proc.terminal.is_some()))
+                .map_err(|m| ErrorKind::InvalidArgument.status(m))
+        })
         .transpose()?;
     let waited = async {
         match until {
@@ -513,6 +547,7 @@ pub(super) async fn wait(
     )
     .await?;
     let (result, matched_line, matched_seq) = outcome_fields(outcome);
+    let matched_line = proc.answer_text(matched_line);
     Ok(pb::WaitResponse {
         process: Some(process),
         output: Some(proc.answer_output(output_to_pb(out), false)),
@@ -534,7 +569,9 @@ pub(super) async fn write_until(
 ) -> Result<pb::WriteResponse, tonic::Status> {
     let pattern = req.until.as_deref().unwrap_or_default();
     // Refused before anything is written.
-    let mut matcher = until_matcher(pattern).map_err(|m| ErrorKind::InvalidArgument.status(m))?;
+    let mut matcher = until_matcher(pattern)
+        .map_err(|m| ErrorKind::InvalidArgument.status(m))?
+        .on_terminal(proc.terminal.is_some());
     at_most("timeout_ms", req.timeout_ms, MAX_DURATION_MS)
         .map_err(|m| ErrorKind::InvalidArgument.status(m))?;
     let max_out = clamp_output_bytes(req.max_output_bytes, max_output_bytes);
@@ -575,6 +612,7 @@ pub(super) async fn write_until(
     )
     .await?;
     let (result, matched_line, matched_seq) = outcome_fields(outcome);
+    let matched_line = proc.answer_text(matched_line);
     Ok(pb::WriteResponse {
         ok: true,
         bytes_written: written as u64,

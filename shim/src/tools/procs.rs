@@ -17,14 +17,14 @@ pub(super) fn write_definition() -> Tool {
             "process_id": {"type": "string"},
             "input": {"type": "string"},
             "newline": {"type": "boolean", "description": "Append \\n."},
-            "keys": {"type": "array", "items": {"type": "string"}, "description": "tty: Enter Tab Esc Up Down… F1 C-c"},
+            "keys": {"type": "array", "items": {"type": "string"}, "description": "tty: Enter Tab Up… F1 C-c"},
             "eof": {"type": "boolean", "description": "Then close stdin."},
             "cols": {"type": "integer"},
             "rows": {"type": "integer"},
             "until": {"type": "string", "description": "Regex: then return the output after it, up to a matching line."},
             "timeout_ms": {"type": "integer", "maximum": MAX_BLOCKING_MS, "default": DEFAULT_WRITE_WAIT_MS}
         },
-        "required": ["process_id"]
+        "required": ["process_id", "input"]
     });
     tool(
         "write",
@@ -59,7 +59,8 @@ pub(super) async fn write(ctx: &Context, args: &Args<'_>) -> CallToolResult {
             super::exec::opt_u32(args, "rows")?,
         );
         let eof = args.opt_bool("eof")?.unwrap_or(false);
-        // Input may be left out when keys, a resize or EOF say what to send.
+        // The schema keeps `input` required (the seed's contract), but a call that sends only
+        // keys, a resize or EOF is taken without it.
         let mut input = match args.opt_string("input")? {
             Some(i) => i.into_bytes(),
             None if !keys.is_empty() || cols.is_some() || rows.is_some() || eof => Vec::new(),
