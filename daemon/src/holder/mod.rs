@@ -17,6 +17,8 @@
 
 pub mod link;
 pub mod serve;
+#[cfg(target_os = "linux")]
+pub mod zygote;
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};

@@ -326,6 +326,8 @@ pub(super) async fn exec(
             input_wait::annotate([(&*proc, info)]).await;
         }
     }
+    // After the answer is ready, so starting the next idle holder does not delay it.
+    d.holders.refill_later();
     Ok(resp)
 }
 
@@ -489,8 +491,10 @@ fn start(
         spool_cap,
     };
     let held = link::start(&d.holders, &spec);
-    let pool = d.holders.clone();
-    tokio::task::spawn_blocking(move || pool.refill());
+    // The pool is refilled once the exec has answered; only a burst that emptied it refills now.
+    if d.holders.is_empty() {
+        d.holders.refill_later();
+    }
     let held = match held {
         Ok(h) => h,
         Err(e) => {
