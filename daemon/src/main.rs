@@ -81,7 +81,9 @@ fn main() -> std::process::ExitCode {
     // The holder zygote (`yieldshelld zygote`, when the holder binary is not installed).
     #[cfg(target_os = "linux")]
     if std::env::args_os().nth(1).as_deref()
-        == Some(std::ffi::OsStr::new(yieldshelld::holder::zygote::ZYGOTE_ARG))
+        == Some(std::ffi::OsStr::new(
+            yieldshelld::holder::zygote::ZYGOTE_ARG,
+        ))
     {
         return yieldshelld::holder::zygote::main();
     }

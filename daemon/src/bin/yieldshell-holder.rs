@@ -7,7 +7,9 @@
 fn main() -> std::process::ExitCode {
     #[cfg(target_os = "linux")]
     if std::env::args_os().nth(1).as_deref()
-        == Some(std::ffi::OsStr::new(yieldshelld::holder::zygote::ZYGOTE_ARG))
+        == Some(std::ffi::OsStr::new(
+            yieldshelld::holder::zygote::ZYGOTE_ARG,
+        ))
     {
         return yieldshelld::holder::zygote::main();
     }

@@ -150,7 +150,9 @@ impl HolderPool {
                 None => match super::zygote::Zygote::start(&self.reaper) {
                     Ok(z) => z,
                     Err(e) => {
-                        tracing::warn!("the holder zygote did not start ({e}); holders are spawned directly");
+                        tracing::warn!(
+                            "the holder zygote did not start ({e}); holders are spawned directly"
+                        );
                         slot.unavailable = true;
                         return None;
                     }

@@ -129,7 +129,9 @@ fn next_request(control: RawFd) -> io::Result<Option<OwnedFd>> {
             }
         }
         // SAFETY: SCM_RIGHTS gave us these descriptors; nothing else owns them.
-        let mut owned = fds.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+        let mut owned = fds
+            .into_iter()
+            .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
         match owned.next() {
             Some(fd) => return Ok(Some(fd)),
             // A request without a socket: answer so the daemon is not left waiting.
@@ -153,7 +155,9 @@ fn answer(control: RawFd, value: i32) {
 }
 
 fn errno() -> i32 {
-    io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 /// Forks a holder on `holder_end` (see the module docs). Returns in the zygote (`None`) after
@@ -206,7 +210,44 @@ fn become_holder(holder_end: OwnedFd) -> std::process::ExitCode {
         return std::process::ExitCode::FAILURE;
     }
     close_others(HOLDER_FD + 1);
+    show_as_holder();
     super::serve::main()
+}
+
+/// Makes the holder's command line read `… hold`, like a holder the daemon spawned itself, not
+/// the zygote's `… zygote` it inherited with its memory: `ps` shows what it is, and whoever
+/// finds holders by their command line finds these too. The arguments are rewritten in place
+/// (the kernel reads `/proc/PID/cmdline` from this memory); "hold" is shorter than "zygote".
+fn show_as_holder() {
+    let Some((start, end)) = argument_area() else {
+        return;
+    };
+    let Some(len) = end.checked_sub(start).filter(|&l| l > 0) else {
+        return;
+    };
+    // SAFETY: [arg_start, arg_end) is this process's argument strings, in its writable initial
+    // stack, and nothing here holds a Rust reference into it (std keeps only raw pointers).
+    let area = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, len) };
+    let Some(first_end) = area.iter().position(|&b| b == 0) else {
+        return;
+    };
+    let rest = &mut area[first_end + 1..];
+    let mode = super::HOLD_ARG.as_bytes();
+    if rest.starts_with(ZYGOTE_ARG.as_bytes()) && rest.len() > mode.len() {
+        rest.fill(0);
+        rest[..mode.len()].copy_from_slice(mode);
+    }
+}
+
+/// `arg_start` and `arg_end` of this process (fields 48 and 49 of `/proc/self/stat`).
+fn argument_area() -> Option<(usize, usize)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which may itself contain spaces and parentheses; the
+    // first of them is field 3.
+    let mut after = stat.get(stat.rfind(')')? + 1..)?.split_ascii_whitespace();
+    let start = after.nth(48 - 3)?.parse().ok()?;
+    let end = after.next()?.parse().ok()?;
+    Some((start, end))
 }
 
 /// Closes every descriptor from `first` on (close_range, else each one `/proc/self/fd` lists).
