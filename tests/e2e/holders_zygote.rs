@@ -45,6 +45,15 @@ fn comm(pid: i32) -> String {
         .to_string()
 }
 
+/// Process group and session of a process (fields 5 and 6 of `/proc/<pid>/stat`).
+fn groups_of(pid: i32) -> Option<(i32, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut after = stat[stat.rfind(')')? + 1..].split_ascii_whitespace();
+    let pgrp = after.nth(2)?.parse().ok()?;
+    let session = after.next()?.parse().ok()?;
+    Some((pgrp, session))
+}
+
 /// The daemon's zygote (its child named `yieldshell-zygo`).
 fn zygote_of(daemon: i32) -> Option<Pid> {
     children_of(daemon)
@@ -99,8 +108,9 @@ async fn the_zygote_stays_bounded_and_its_holders_owe_it_nothing() {
     )
     .await;
 
-    // A holder the zygote forked: in a session of its own, a child of the daemon (not of the
-    // zygote), named like any holder, holding none of the zygote's descriptors.
+    // A holder the zygote forked: outside the daemon's session (in the zygote's, with a process
+    // group of its own), a child of the daemon (not of the zygote), named like any holder,
+    // holding none of the zygote's descriptors.
     let id = c.spawn_bg(&format!("exec {} tick 20", testbin())).await;
     let (holder, _) = eventually("the ticker's holder", || async {
         holders_in(&d.state)
@@ -118,6 +128,12 @@ async fn the_zygote_stays_bounded_and_its_holders_owe_it_nothing() {
         children_of(daemon).contains(&holder.pid),
         "the daemon adopted it"
     );
+    assert_eq!(
+        groups_of(holder.pid),
+        Some((holder.pid, zygote.pid)),
+        "its own process group, in the zygote's session"
+    );
+    assert_ne!(groups_of(daemon).map(|g| g.1), Some(zygote.pid));
     let zygote_socket = std::fs::read_link(format!("/proc/{}/fd/3", zygote.pid))
         .expect("the zygote's socket")
         .display()
