@@ -128,7 +128,17 @@ fn run() -> io::Result<()> {
         signals,
         reported_health: 0,
     };
-    h.connect(first)?;
+    if let Err(e) = h.connect(first) {
+        // The daemon died before it heard of the shell: its `exec` failed, and a daemon that
+        // recovers meanwhile may already have looked for leftovers. The shell must not run on
+        // unsupervised: its group goes now.
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(h.shell.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        h.reap();
+        return Err(e);
+    }
     // Only now the socket for later daemons: creating it costs a file-system operation that
     // would otherwise delay the first daemon's answer. It is bound relative to the process
     // directory, so a long state-dir path never hits the ~107-byte limit of socket addresses.
