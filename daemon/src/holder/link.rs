@@ -13,6 +13,8 @@ use tokio::io::AsyncReadExt;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::oneshot;
 
+#[cfg(target_os = "linux")]
+use super::zygote::ForkError;
 use super::{Encoder, ExitNote, Hello, HoldSpec, Kind, SOCKET_NAME, recv_frame_with_fd, stream_of};
 use crate::output::OutputLog;
 use crate::process::reaper::{ExitHow, Reaper};
@@ -160,15 +162,32 @@ impl HolderPool {
             };
             // Registered with the reaper under its lock: the holder becomes the daemon's child
             // (an orphan re-parented to this subreaper) during the call.
-            match self
-                .reaper
-                .spawn_with(|| zygote.fork_holder(theirs).map(|pid| (pid, pid)))
-            {
-                Ok((pid, _exit)) => {
+            let mut failure = None;
+            let forked = self.reaper.spawn_with(|| match zygote.fork_holder(theirs) {
+                Ok(pid) => Ok((pid, pid)),
+                Err(e) => {
+                    let err = match &e {
+                        ForkError::Refused(e) | ForkError::Broken(e) => {
+                            io::Error::new(e.kind(), e.to_string())
+                        }
+                    };
+                    failure = Some(e);
+                    Err(err)
+                }
+            });
+            match (forked, failure) {
+                (Ok((pid, _exit)), _) => {
                     slot.zygote = Some(zygote);
                     return Some(pid);
                 }
-                Err(e) => {
+                (Err(_), Some(ForkError::Refused(e))) => {
+                    // The zygote is fine; this fork failed (e.g. a process limit): the daemon
+                    // tries itself, and says why if it fails too.
+                    tracing::warn!("the holder zygote could not fork ({e})");
+                    slot.zygote = Some(zygote);
+                    return None;
+                }
+                (Err(e), _) => {
                     tracing::warn!("the holder zygote failed ({e}); starting a new one");
                     zygote.kill();
                 }

@@ -41,8 +41,18 @@ use crate::process::reaper::Reaper;
 pub const ZYGOTE_ARG: &str = "zygote";
 
 /// How long the daemon waits for the zygote's answer: two forks of a small process take well
-/// under a millisecond; a zygote that takes this long is stuck and is replaced.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
+/// under a millisecond, but a machine under heavy load may stall it for a while; a zygote that
+/// takes this long is stuck and is replaced.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the zygote gave no holder.
+#[derive(Debug)]
+pub enum ForkError {
+    /// It answered that a fork failed (the zygote itself is fine).
+    Refused(io::Error),
+    /// It did not answer (gone, stuck, or garbled): replace it.
+    Broken(io::Error),
+}
 
 /// The daemon's handle on its zygote. Dropping it closes the socket, and the zygote exits.
 #[derive(Debug)]
@@ -64,13 +74,18 @@ impl Zygote {
     /// Has the zygote fork a holder whose descriptor 3 is `holder_end`; returns its pid. Call
     /// it inside [`Reaper::spawn_with`]: the holder becomes the daemon's child as the zygote's
     /// child exits, and must be registered before the reaper can see it end.
-    pub fn fork_holder(&self, holder_end: &impl AsRawFd) -> io::Result<i32> {
-        super::send_with_fd(&self.sock, &[1], Some(holder_end.as_raw_fd()))?;
+    pub fn fork_holder(&self, holder_end: &impl AsRawFd) -> Result<i32, ForkError> {
+        super::send_with_fd(&self.sock, &[1], Some(holder_end.as_raw_fd()))
+            .map_err(ForkError::Broken)?;
         let mut answer = [0u8; 4];
-        io::Read::read_exact(&mut &self.sock, &mut answer)?;
+        io::Read::read_exact(&mut &self.sock, &mut answer).map_err(ForkError::Broken)?;
         match i32::from_le_bytes(answer) {
             pid if pid > 0 => Ok(pid),
-            errno => Err(io::Error::from_raw_os_error(-errno)),
+            errno if errno < 0 => Err(ForkError::Refused(io::Error::from_raw_os_error(-errno))),
+            _ => Err(ForkError::Broken(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the zygote answered 0",
+            ))),
         }
     }
 
