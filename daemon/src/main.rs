@@ -79,6 +79,15 @@ fn main() -> std::process::ExitCode {
     {
         return yieldshelld::holder::serve::main();
     }
+    // The holder zygote (`yieldshelld zygote`, when the holder binary is not installed).
+    #[cfg(target_os = "linux")]
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(
+            yieldshelld::holder::zygote::ZYGOTE_ARG,
+        ))
+    {
+        return yieldshelld::holder::zygote::main();
+    }
     let args = Args::parse();
     match real_main(args) {
         Ok(yieldshelld::Ended::Stopped) => std::process::ExitCode::SUCCESS,

@@ -1,9 +1,19 @@
 //! `yieldshell-holder`: the per-process holder (DESIGN §10), started by `yieldshelld` for each
 //! managed process. The same code as `yieldshelld hold` (`yieldshelld::holder::serve`), in a
-//! binary that links nothing else, so each held process costs little memory.
+//! binary that links nothing else, so each held process costs little memory. As
+//! `yieldshell-holder zygote` it is the daemon's holder zygote (`yieldshelld::holder::zygote`),
+//! which forks the holders.
 
 #[cfg(unix)]
 fn main() -> std::process::ExitCode {
+    #[cfg(target_os = "linux")]
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(
+            yieldshelld::holder::zygote::ZYGOTE_ARG,
+        ))
+    {
+        return yieldshelld::holder::zygote::main();
+    }
     yieldshelld::holder::serve::main()
 }
 

@@ -13,6 +13,8 @@ use tokio::io::AsyncReadExt;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::oneshot;
 
+#[cfg(target_os = "linux")]
+use super::zygote::ForkError;
 use super::{Encoder, ExitNote, Hello, HoldSpec, Kind, SOCKET_NAME, recv_frame_with_fd, stream_of};
 use crate::output::OutputLog;
 use crate::process::reaper::{ExitHow, Reaper};
@@ -45,7 +47,9 @@ impl Held {
     }
 }
 
-fn greeted(sock: UnixStream) -> io::Result<Held> {
+/// Reads the holder's first frame. `known` is the holder's identity when the caller already
+/// has it (a holder from the pool), which spares a `/proc` read on the `exec` path.
+fn greeted(sock: UnixStream, known: Option<Identity>) -> io::Result<Held> {
     sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let (kind, payload, stdin) = recv_frame_with_fd(&sock)?;
     match kind {
@@ -64,10 +68,13 @@ fn greeted(sock: UnixStream) -> io::Result<Held> {
     }
     sock.set_read_timeout(None)?;
     let hello = Hello::decode(&payload)?;
-    let holder = tree::identify(hello.holder_pid).unwrap_or(Identity {
-        pid: hello.holder_pid,
-        start_time: 0,
-    });
+    let holder = match known {
+        Some(id) if id.pid == hello.holder_pid => id,
+        _ => tree::identify(hello.holder_pid).unwrap_or(Identity {
+            pid: hello.holder_pid,
+            start_time: 0,
+        }),
+    };
     Ok(Held {
         stdin: if hello.stdin_open { stdin } else { None },
         hello,
@@ -77,15 +84,30 @@ fn greeted(sock: UnixStream) -> io::Result<Held> {
 }
 
 /// Holders started ahead of need, each waiting for its spec: `exec` then pays for a message,
-/// not for starting a process (the holder's exec and load are most of that cost).
+/// not for starting a process. New holders are forked by the zygote (Linux, [`super::zygote`]):
+/// a fork of a small process instead of an `exec` of the holder binary and its dynamic linking;
+/// without one (elsewhere, or while it cannot be started) the daemon spawns them itself.
 #[derive(Debug)]
 pub struct HolderPool {
     reaper: Arc<Reaper>,
-    idle: std::sync::Mutex<Vec<UnixStream>>,
+    /// Idle holders: the connection and the holder's identity (read when it was started, off
+    /// the `exec` path).
+    idle: std::sync::Mutex<Vec<(UnixStream, Identity)>>,
     /// Idle holders kept ready.
     size: usize,
     /// A refill runs (one at a time, so the pool never grows past `size`).
     refilling: std::sync::atomic::AtomicBool,
+    #[cfg(target_os = "linux")]
+    zygote: std::sync::Mutex<ZygoteSlot>,
+}
+
+/// The zygote, started on first need and restarted when it died.
+#[cfg(target_os = "linux")]
+#[derive(Debug, Default)]
+struct ZygoteSlot {
+    zygote: Option<super::zygote::Zygote>,
+    /// Starting one failed: holders are spawned directly from then on (no retry per holder).
+    unavailable: bool,
 }
 
 impl HolderPool {
@@ -96,30 +118,101 @@ impl HolderPool {
             idle: std::sync::Mutex::new(Vec::new()),
             size,
             refilling: std::sync::atomic::AtomicBool::new(false),
+            #[cfg(target_os = "linux")]
+            zygote: std::sync::Mutex::new(ZygoteSlot::default()),
         }
     }
 
-    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<UnixStream>> {
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<(UnixStream, Identity)>> {
         self.idle.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn spawn(&self) -> io::Result<UnixStream> {
+    /// A new holder waiting for its spec on the returned socket, and its pid.
+    fn spawn(&self) -> io::Result<(UnixStream, i32)> {
         let (ours, theirs) = UnixStream::pair()?;
-        crate::process::spawn::spawn_holder(&self.reaper, &theirs)?;
-        Ok(ours)
+        #[cfg(target_os = "linux")]
+        if let Some(pid) = self.fork_from_zygote(&theirs) {
+            return Ok((ours, pid));
+        }
+        let pid = crate::process::spawn::spawn_holder(&self.reaper, &theirs)?;
+        Ok((ours, pid))
+    }
+
+    /// Has the zygote fork a holder on `theirs`: `None` when there is no working zygote (one
+    /// that fails is replaced once; if the new one fails too, this holder is spawned directly).
+    #[cfg(target_os = "linux")]
+    fn fork_from_zygote(&self, theirs: &UnixStream) -> Option<i32> {
+        let mut slot = self.zygote.lock().unwrap_or_else(|e| e.into_inner());
+        for _ in 0..2 {
+            if slot.unavailable {
+                return None;
+            }
+            let zygote = match slot.zygote.take() {
+                Some(z) => z,
+                None => match super::zygote::Zygote::start(&self.reaper) {
+                    Ok(z) => z,
+                    Err(e) => {
+                        tracing::warn!(
+                            "the holder zygote did not start ({e}); holders are spawned directly"
+                        );
+                        slot.unavailable = true;
+                        return None;
+                    }
+                },
+            };
+            // Registered with the reaper under its lock: the holder becomes the daemon's child
+            // (an orphan re-parented to this subreaper) during the call.
+            let mut failure = None;
+            let forked = self.reaper.spawn_with(|| match zygote.fork_holder(theirs) {
+                Ok(pid) => Ok((pid, pid)),
+                Err(e) => {
+                    let err = match &e {
+                        ForkError::Refused(e) | ForkError::Broken(e) => {
+                            io::Error::new(e.kind(), e.to_string())
+                        }
+                    };
+                    failure = Some(e);
+                    Err(err)
+                }
+            });
+            match (forked, failure) {
+                (Ok((pid, _exit)), _) => {
+                    slot.zygote = Some(zygote);
+                    return Some(pid);
+                }
+                (Err(_), Some(ForkError::Refused(e))) => {
+                    // The zygote is fine; this fork failed (e.g. a process limit): the daemon
+                    // tries itself, and says why if it fails too.
+                    tracing::warn!("the holder zygote could not fork ({e})");
+                    slot.zygote = Some(zygote);
+                    return None;
+                }
+                (Err(e), _) => {
+                    tracing::warn!("the holder zygote failed ({e}); starting a new one");
+                    zygote.kill();
+                }
+            }
+        }
+        None
     }
 
     /// An idle holder, or a new one when none is ready (a burst of `exec`s).
-    fn take(&self) -> io::Result<UnixStream> {
+    fn take(&self) -> io::Result<(UnixStream, Option<Identity>)> {
         match self.idle().pop() {
-            Some(sock) => Ok(sock),
-            None => self.spawn(),
+            Some((sock, id)) => Ok((sock, Some(id))),
+            None => self.spawn().map(|(sock, _)| (sock, None)),
         }
     }
 
-    /// Starts idle holders until `size` are ready (blocking; run off the `exec` path). The
-    /// lock is not held while spawning, and one refill runs at a time (a refill asked for
-    /// meanwhile is covered by the running one's loop, or by the next `exec`'s).
+    /// Whether no idle holder is left (the next `exec` would start one itself).
+    pub fn is_empty(&self) -> bool {
+        self.idle().is_empty()
+    }
+
+    /// Starts idle holders until `size` are ready (blocking; run off the `exec` path, see
+    /// [`HolderPool::refill_later`]). The lock is not held while spawning, and one refill runs
+    /// at a time (a refill asked for meanwhile is covered by the running one's loop, or by the
+    /// next `exec`'s).
     pub fn refill(&self) {
         use std::sync::atomic::Ordering;
         if self.refilling.swap(true, Ordering::AcqRel) {
@@ -127,7 +220,10 @@ impl HolderPool {
         }
         while self.idle().len() < self.size {
             match self.spawn() {
-                Ok(sock) => self.idle().push(sock),
+                Ok((sock, pid)) => {
+                    let id = tree::identify(pid).unwrap_or(Identity { pid, start_time: 0 });
+                    self.idle().push((sock, id));
+                }
                 Err(e) => {
                     tracing::warn!("starting an idle holder failed: {e}");
                     break;
@@ -137,20 +233,40 @@ impl HolderPool {
         self.refilling.store(false, Ordering::Release);
     }
 
-    /// Lets every idle holder go (they exit when their socket closes).
+    /// Refills on a blocking thread when the pool is short (a no-op when it is full or a refill
+    /// runs). `exec` calls it once it has answered: starting a holder then no longer competes
+    /// with the command, its holder and the answer for the same cores.
+    pub fn refill_later(self: &Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        if self.idle().len() >= self.size || self.refilling.load(Ordering::Acquire) {
+            return;
+        }
+        let pool = self.clone();
+        tokio::task::spawn_blocking(move || pool.refill());
+    }
+
+    /// Lets every idle holder go (they exit when their socket closes), and the zygote with them.
     pub fn drain(&self) {
         self.idle().clear();
+        #[cfg(target_os = "linux")]
+        {
+            self.zygote
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .zygote
+                .take();
+        }
     }
 }
 
 /// Starts a holder for `spec` (an idle one from `pool` when ready) and waits until it has
 /// started the shell (blocking).
 pub fn start(pool: &HolderPool, spec: &HoldSpec) -> io::Result<Held> {
-    let mut ours = pool.take()?;
+    let (mut ours, known) = pool.take()?;
     let sent = ours.write_all(&spec.encode());
     // A holder that could not start the shell says why (and may have stopped reading first);
     // one that died without a word leaves the write's error.
-    match greeted(ours) {
+    match greeted(ours, known) {
         Ok(held) => sent.map(|()| held),
         Err(e) => Err(match sent {
             Err(w) if e.kind() == io::ErrorKind::UnexpectedEof => w,
@@ -169,7 +285,7 @@ pub fn attach(dir: &Path) -> io::Result<Held> {
         let d = std::fs::File::open(dir)?;
         UnixStream::connect(format!("/proc/self/fd/{}/{SOCKET_NAME}", d.as_raw_fd()))?
     };
-    greeted(sock)
+    greeted(sock, None)
 }
 
 /// The exit status a holder left in `dir` (it may have exited since).

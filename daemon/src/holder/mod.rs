@@ -7,9 +7,10 @@
 //! redacts, writes every byte to the process's spool *before* passing it on (the spool is the
 //! source of truth, the daemon's ring a cache of it), keeps a copy of the stdin pipe, records
 //! the exit status in `<process dir>/exit`, and serves the daemon over a private socket. It
-//! lives in its own session, so a signal to the daemon's group never reaches it, and it outlives
-//! the daemon: a new daemon connects to `<process dir>/holder.sock` and carries on
-//! ([`link::attach`]).
+//! lives outside the daemon's session (in the zygote's, `zygote`, with a process group of its
+//! own; or in a session of its own where there is no zygote), so a signal to the daemon's group
+//! never reaches it, and it outlives the daemon: a new daemon connects to
+//! `<process dir>/holder.sock` and carries on ([`link::attach`]).
 //!
 //! The wire between daemon and holder is a stream of frames, `[u32 LE length][kind][payload]`
 //! (length counts the kind byte and the payload). The holder's first frame on every connection is
@@ -19,6 +20,8 @@
 pub mod link;
 pub mod serve;
 pub mod terminal;
+#[cfg(target_os = "linux")]
+pub mod zygote;
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};

@@ -59,6 +59,10 @@ fn run() -> io::Result<()> {
     detach_stdio();
     // The exit file and the socket are the user's alone.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+    // Set up while idle, before the spec: an idle holder waits in the pool, and whatever it
+    // does after the spec arrives is on the `exec`'s path.
+    prepare_signals()?;
+    let signals = signal_fd()?;
     let (kind, payload, _) = recv_frame_with_fd(&first)?;
     if kind != Kind::Spec {
         return Err(io::Error::new(
@@ -68,7 +72,6 @@ fn run() -> io::Result<()> {
     }
     let spec = HoldSpec::decode(&payload)?;
     drop(payload);
-    prepare_signals()?;
     let dir = PathBuf::from(std::ffi::OsStr::from_bytes(&spec.dir));
     std::env::set_current_dir(&dir)?;
     // Everything the holder needs is ready before the shell starts: from then on the process
@@ -76,7 +79,6 @@ fn run() -> io::Result<()> {
     let redactor = Redactor::from_pairs(spec.redact);
     let spool = (spec.spool_cap > 0)
         .then(|| (SpoolBuffer::new(), SpoolFiles::create(&dir, spec.spool_cap)));
-    let signals = signal_fd()?;
     let shell_spec = SpawnSpec {
         command: spec.command.clone(),
         cwd: PathBuf::from(std::ffi::OsStr::from_bytes(&spec.cwd)),
@@ -133,7 +135,17 @@ fn run() -> io::Result<()> {
         signals,
         reported_health: 0,
     };
-    h.connect(first)?;
+    if let Err(e) = h.connect(first) {
+        // The daemon died before it heard of the shell: its `exec` failed, and a daemon that
+        // recovers meanwhile may already have looked for leftovers. The shell must not run on
+        // unsupervised: its group goes now.
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(h.shell.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        h.reap();
+        return Err(e);
+    }
     // Only now the socket for later daemons: creating it costs a file-system operation that
     // would otherwise delay the first daemon's answer. It is bound relative to the process
     // directory, so a long state-dir path never hits the ~107-byte limit of socket addresses.
@@ -151,7 +163,7 @@ fn run() -> io::Result<()> {
 
 /// Points descriptors 0–2 at /dev/null: the holder must not keep the daemon's terminal or the
 /// pipes of whoever started the daemon open for as long as its process runs.
-fn detach_stdio() {
+pub(super) fn detach_stdio() {
     if let Ok(null) = std::fs::OpenOptions::new()
         .read(true)
         .write(true)

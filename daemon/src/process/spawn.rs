@@ -203,6 +203,22 @@ pub fn spawn_shell(spec: &SpawnSpec) -> io::Result<Shell> {
 /// the daemon exits). Returns its pid.
 #[cfg(target_os = "linux")]
 pub fn spawn_holder(reaper: &Reaper, sock: &impl std::os::fd::AsRawFd) -> io::Result<i32> {
+    spawn_holder_binary(reaper, sock, crate::holder::HOLD_ARG)
+}
+
+/// Starts the holder zygote (`crate::holder::zygote`): the holder binary in its zygote mode,
+/// started like a holder. Returns its pid.
+#[cfg(target_os = "linux")]
+pub fn spawn_zygote(reaper: &Reaper, sock: &impl std::os::fd::AsRawFd) -> io::Result<i32> {
+    spawn_holder_binary(reaper, sock, crate::holder::zygote::ZYGOTE_ARG)
+}
+
+#[cfg(target_os = "linux")]
+fn spawn_holder_binary(
+    reaper: &Reaper,
+    sock: &impl std::os::fd::AsRawFd,
+    mode: &str,
+) -> io::Result<i32> {
     // The small holder binary when it was installed beside the daemon, else this binary in its
     // holder mode. Either way through a descriptor or /proc/self/exe, which stay the files this
     // daemon started with even after an upgrade replaced them on disk: a daemon's holders are
@@ -214,7 +230,7 @@ pub fn spawn_holder(reaper: &Reaper, sock: &impl std::os::fd::AsRawFd) -> io::Re
     let program = cstring(program.into_bytes(), "program")?;
     let argv = [
         cstring(name.as_bytes().to_vec(), "program name")?,
-        cstring(crate::holder::HOLD_ARG.as_bytes().to_vec(), "argument")?,
+        cstring(mode.as_bytes().to_vec(), "argument")?,
     ];
     let (pid, _exit) = reaper.spawn_with(|| {
         let pid = posix_spawn_session(

@@ -8,6 +8,18 @@ use yieldshell_proto::{PROTOCOL_VERSION, VERSION};
 use super::ControlService;
 use crate::process::unix_ms;
 
+/// The version this daemon reports (`Hello`, `Status`). A debug build appends
+/// `YIELDSHELL_TEST_VERSION_SUFFIX`, so a test can run a second daemon that reports another
+/// version and watch it take over from the first (issue 13: an upgrade keeps every process);
+/// release builds have no such override.
+fn reported_version() -> String {
+    #[cfg(debug_assertions)]
+    if let Some(suffix) = std::env::var_os("YIELDSHELL_TEST_VERSION_SUFFIX") {
+        return format!("{VERSION}{}", suffix.to_string_lossy());
+    }
+    VERSION.to_string()
+}
+
 pub(super) fn hello(
     svc: &ControlService,
     req: pb::HelloRequest,
@@ -26,7 +38,7 @@ pub(super) fn hello(
     tracing::debug!(client = %req.client_name, version = %req.client_version, "hello");
     let _ = svc;
     Ok(pb::HelloResponse {
-        daemon_version: VERSION.to_string(),
+        daemon_version: reported_version(),
         protocol_version: PROTOCOL_VERSION,
         pid: std::process::id(),
     })
@@ -59,7 +71,7 @@ pub(super) fn status(svc: &ControlService) -> pb::StatusResponse {
         .filter(|p| p.output.spool_health().1.is_some())
         .count();
     pb::StatusResponse {
-        daemon_version: VERSION.to_string(),
+        daemon_version: reported_version(),
         protocol_version: PROTOCOL_VERSION,
         pid: std::process::id(),
         uptime_ms: u64::try_from(d.started.elapsed().as_millis()).unwrap_or(u64::MAX),

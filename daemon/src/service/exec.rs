@@ -347,6 +347,8 @@ pub(super) async fn exec(
             input_wait::annotate([(&*proc, info)]).await;
         }
     }
+    // After the answer is ready, so starting the next idle holder does not delay it.
+    d.holders.refill_later();
     Ok(resp)
 }
 
@@ -563,8 +565,10 @@ fn spawn_and_launch(
         terminal: req.terminal,
     };
     let held = link::start(&d.holders, &spec);
-    let pool = d.holders.clone();
-    tokio::task::spawn_blocking(move || pool.refill());
+    // The pool is refilled once the exec has answered; only a burst that emptied it refills now.
+    if d.holders.is_empty() {
+        d.holders.refill_later();
+    }
     let held = match held {
         Ok(h) => h,
         Err(e) => {

@@ -689,6 +689,25 @@ mod tests {
     }
 
     #[test]
+    fn a_daemon_of_another_protocol_is_answered_with_daemon_restart() {
+        // What a daemon from before process holders said: its advice stopped every process.
+        let old = "mcp-yieldshell 0.2.0 speaks control protocol 2, but this yieldshelld 0.1.0 \
+                   (pid 7) speaks 1. Upgrade the client, or run `yieldctl daemon stop` and \
+                   retry (this stops its running processes)";
+        let hint = restart_hint(old);
+        assert!(
+            hint.starts_with("mcp-yieldshell 0.2.0 speaks control protocol 2")
+                && hint.contains("Run `yieldctl daemon restart`")
+                && hint.contains("running processes are kept")
+                && !hint.contains("daemon stop"),
+            "{hint}"
+        );
+        // A current daemon's message already names it, and is passed on as it is.
+        let new = "… Upgrade the client, or run `yieldctl daemon restart` to replace this daemon";
+        assert_eq!(restart_hint(new), new);
+    }
+
+    #[test]
     fn an_unresponsive_daemon_is_named_with_what_to_do() {
         let error = |pid| ClientError::Unresponsive {
             what: "List".into(),
