@@ -91,25 +91,34 @@ pub fn all_pids() -> Option<Vec<i32>> {
 /// `/proc/<pid>/environ`); `None` for another user's process or one that is gone.
 #[cfg(target_os = "macos")]
 pub fn environ(pid: i32) -> Option<Vec<u8>> {
-    let mut buf = vec![0u8; args_max()?];
-    let mut len = buf.len();
-    let mut mib = [libc::CTL_KERN, libc::KERN_PROCARGS2, pid];
-    // SAFETY: `buf` has `len` bytes; the kernel writes at most that and updates `len`.
-    let rc = unsafe {
-        libc::sysctl(
-            mib.as_mut_ptr(),
-            3,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-            std::ptr::null_mut(),
-            0,
-        )
-    };
-    if rc != 0 {
-        return None;
+    // One `kern.argmax`-sized buffer (1 MiB by default) per thread, reused: a scan reads every
+    // process of the user, and allocating and zeroing a fresh one each time would cost more
+    // than the reads.
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
-    buf.truncate(len);
-    environ_of_procargs(&buf).map(<[u8]>::to_vec)
+    BUF.with_borrow_mut(|buf| {
+        if buf.is_empty() {
+            buf.resize(args_max()?, 0);
+        }
+        let mut len = buf.len();
+        let mut mib = [libc::CTL_KERN, libc::KERN_PROCARGS2, pid];
+        // SAFETY: `buf` has `len` bytes; the kernel writes at most that and updates `len`.
+        let rc = unsafe {
+            libc::sysctl(
+                mib.as_mut_ptr(),
+                3,
+                buf.as_mut_ptr().cast(),
+                &mut len,
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        if rc != 0 {
+            return None;
+        }
+        environ_of_procargs(buf.get(..len)?).map(<[u8]>::to_vec)
+    })
 }
 
 /// `kern.argmax`: the largest argument and environment area, the buffer `KERN_PROCARGS2` needs.

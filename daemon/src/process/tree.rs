@@ -11,8 +11,8 @@
 //! - Every pid is paired with its start time (Linux: `/proc/<pid>/stat` field 22; macOS:
 //!   `proc_pidinfo`) and re-checked before it is signalled, so a recycled pid is never hit.
 //! - Linux only: the daemon and each holder are child subreapers, so an orphaned descendant is
-//!   re-parented to them and the sweep after a command can skip the marker scan when nothing was
-//!   adopted. macOS has no subreaper (orphans go to launchd): the sweep always scans.
+//!   re-parented to them and a look for escapees can skip the marker scan when nothing was
+//!   adopted. macOS has no subreaper (orphans go to launchd): that look always scans.
 //!
 //! On other Unix systems only the process group is reached (no process table is read).
 //!
