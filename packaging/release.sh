@@ -176,8 +176,9 @@ npm_dirs=("$plat")
 # parser). Man pages and completions come from the Linux stage: generating them needs a running
 # yieldctl, and they are the same text.
 # A binary passes if it is a 64-bit Mach-O executable of its architecture, asks for no newer
-# macOS than promised (LC_BUILD_VERSION's minos), and carries a code signature (ad hoc, from
-# zig's linker): Apple silicon kills an unsigned arm64 binary at exec. Prints the minimum.
+# macOS than promised (its load commands' minimum version), and, for arm64, carries a code
+# signature (ad hoc, from zig's linker): Apple silicon kills an unsigned arm64 binary at exec
+# (x86_64 binaries need none, on Intel or under Rosetta). Prints the minimum.
 mach_o_check() { # binary, Mach-O architecture (arm64 or x86_64), minimum macOS (11.0)
     python3 - "$@" <<'PY'
 import struct, sys
@@ -191,15 +192,17 @@ if (magic, cputype, filetype) != (0xFEEDFACF, want, 2):  # MH_MAGIC_64, MH_EXECU
 minos, signed, at = None, False, 32
 for _ in range(ncmds):
     cmd, size = struct.unpack_from("<II", data, at)
-    if cmd == 0x32:  # LC_BUILD_VERSION: platform, minos (xxxx.yy.zz)
-        v = struct.unpack_from("<I", data, at + 12)[0]
+    # LC_BUILD_VERSION (platform, minos), or before macOS 10.14 LC_VERSION_MIN_MACOSX
+    # (version); both encode the version as xxxx.yy.zz.
+    if cmd in (0x32, 0x24):
+        v = struct.unpack_from("<I", data, at + (12 if cmd == 0x32 else 8))[0]
         minos = (v >> 16, (v >> 8) & 0xFF)
     signed |= cmd == 0x1D  # LC_CODE_SIGNATURE
     at += size
 limit = tuple(int(p) for p in promised.split("."))
 if minos is None or minos > limit:
     sys.exit(f"{path}: needs macOS {minos}, newer than the {promised} this release promises")
-if not signed:
+if arch == "arm64" and not signed:
     sys.exit(f"{path}: no code signature (Apple silicon refuses to run it)")
 print(f"{minos[0]}.{minos[1]}")
 PY
@@ -230,7 +233,7 @@ for entry in "${macos_targets[@]}"; do
     unset MACOSX_DEPLOYMENT_TARGET
     for b in mcp-yieldshell yieldshelld yieldshell-holder yieldctl; do
         needs=$(mach_o_check "$mac_bins/$b" "$mac_arch" "$mac_min")
-        echo "   $b: Mach-O 64-bit $mac_arch, signed, for macOS $needs or newer"
+        echo "   $b: Mach-O 64-bit $mac_arch for macOS $needs or newer"
     done
 
     mac_name=yieldshell-$version-$mac_triple
