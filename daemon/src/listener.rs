@@ -217,7 +217,8 @@ impl tonic::transport::server::Connected for FirstBytesDeadline {
     }
 }
 
-/// gRPC interceptor: only our own uid may call (SO_PEERCRED).
+/// gRPC interceptor: only our own uid may call (the peer's uid from `SO_PEERCRED` on Linux,
+/// `getpeereid` on macOS, both through tokio's `peer_cred`).
 pub fn check_peer(req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
     let me = nix::unistd::geteuid().as_raw();
     let peer = req

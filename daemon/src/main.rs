@@ -102,16 +102,48 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// Raises the soft open-file limit to the hard one: every managed process costs the daemon three
+/// Raises the soft open-file limit to the hard one (on macOS to `kern.maxfilesperproc`, see
+/// [`max_files_per_process`]): every managed process costs the daemon three
 /// pipe descriptors, and the common soft default (1024) would cap it at ~300 processes.
 #[cfg(unix)]
 fn raise_fd_limit() {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
-        && soft < hard
-    {
-        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let target = hard.min(max_files_per_process());
+        if soft < target {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, target, hard);
+        }
     }
+}
+
+/// The most descriptors one process may have. macOS's hard limit is usually "unlimited", and a
+/// soft limit above `kern.maxfilesperproc` is refused (EINVAL), which would leave the daemon at
+/// the default soft limit of 256.
+#[cfg(target_os = "macos")]
+fn max_files_per_process() -> u64 {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>();
+    // SAFETY: `value` is a c_int and `len` says so; the name is NUL-terminated.
+    let rc = unsafe {
+        libc::sysctlbyname(
+            c"kern.maxfilesperproc".as_ptr(),
+            (&raw mut value).cast(),
+            &mut len,
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    match u64::try_from(value) {
+        Ok(n) if rc == 0 && n > 0 => n,
+        // OPEN_MAX, what macOS's own documentation suggests as the ceiling.
+        _ => 10240,
+    }
+}
+
+/// Elsewhere the hard limit is the ceiling.
+#[cfg(not(target_os = "macos"))]
+fn max_files_per_process() -> u64 {
+    u64::MAX
 }
 
 /// Closes every descriptor the daemon inherited besides stdio (and the sockets systemd passes).

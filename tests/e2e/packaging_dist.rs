@@ -282,3 +282,205 @@ async fn the_npm_packages_install_and_serve_mcp() {
         started.elapsed()
     );
 }
+
+/// A macOS target `release.sh` builds.
+struct MacTarget {
+    triple: &'static str,
+    npm_platform: &'static str,
+    wheel_tag: &'static str,
+    /// The Mach-O `cputype` of its binaries.
+    cputype: u32,
+    /// The oldest macOS the release promises (Rust's own minimum for the target).
+    min_macos: (u32, u32),
+}
+
+const MACOS_TARGETS: [MacTarget; 2] = [
+    MacTarget {
+        triple: "aarch64-apple-darwin",
+        npm_platform: "darwin-arm64",
+        wheel_tag: "macosx_11_0_arm64",
+        cputype: 0x0100_000C, // CPU_TYPE_ARM64
+        min_macos: (11, 0),
+    },
+    MacTarget {
+        triple: "x86_64-apple-darwin",
+        npm_platform: "darwin-x64",
+        wheel_tag: "macosx_10_12_x86_64",
+        cputype: 0x0100_0007, // CPU_TYPE_X86_64
+        min_macos: (10, 12),
+    },
+];
+
+const BINARIES: [&str; 4] = [
+    "mcp-yieldshell",
+    "yieldshelld",
+    "yieldshell-holder",
+    "yieldctl",
+];
+
+/// What a 64-bit Mach-O executable says of itself in its header and load commands.
+#[derive(Debug, PartialEq)]
+struct MachO {
+    cputype: u32,
+    /// The minimum macOS (major, minor) of `LC_BUILD_VERSION` or `LC_VERSION_MIN_MACOSX`.
+    min_macos: Option<(u32, u32)>,
+    /// Has `LC_CODE_SIGNATURE` (Apple silicon kills an unsigned arm64 binary at exec).
+    signed: bool,
+}
+
+/// Reads a 64-bit little-endian Mach-O executable (magic `MH_MAGIC_64`, `MH_EXECUTE`); `None`
+/// for anything else (an ELF binary, a script).
+fn mach_o(binary: &Path) -> Option<MachO> {
+    let data = std::fs::read(binary).unwrap_or_else(|e| panic!("{}: {e}", binary.display()));
+    let word = |at: usize| Some(u32::from_le_bytes(data.get(at..at + 4)?.try_into().ok()?));
+    if word(0)? != 0xFEED_FACF || word(12)? != 2 {
+        return None;
+    }
+    let mut found = MachO {
+        cputype: word(4)?,
+        min_macos: None,
+        signed: false,
+    };
+    let mut at = 32;
+    for _ in 0..word(16)? {
+        match word(at)? {
+            // LC_BUILD_VERSION (platform, minos), or for targets before macOS 10.14
+            // LC_VERSION_MIN_MACOSX (version); both encode it as xxxx.yy.zz.
+            cmd @ (0x32 | 0x24) => {
+                let v = word(at + if cmd == 0x32 { 12 } else { 8 })?;
+                found.min_macos = Some((v >> 16, (v >> 8) & 0xFF));
+            }
+            0x1D => found.signed = true,
+            _ => {}
+        }
+        at += usize::try_from(word(at + 4)?).ok()?;
+    }
+    Some(found)
+}
+
+/// Checks that `dir` holds the four binaries, each a Mach-O for `cputype` that runs on
+/// `min_macos`, signed if it is arm64.
+fn assert_mach_o_binaries(dir: &Path, cputype: u32, min_macos: (u32, u32), artifact: &str) {
+    for name in BINARIES {
+        let found = mach_o(&dir.join(name))
+            .unwrap_or_else(|| panic!("{name} in {artifact} is not a 64-bit Mach-O executable"));
+        assert_eq!(found.cputype, cputype, "{name} in {artifact}");
+        // Apple silicon kills an unsigned arm64 binary; x86_64 ones need no signature.
+        assert!(
+            found.signed || cputype != 0x0100_000C,
+            "{name} in {artifact} has no code signature"
+        );
+        assert!(
+            found.min_macos.is_some_and(|m| m <= min_macos),
+            "{name} in {artifact} needs macOS {:?}, not {min_macos:?}",
+            found.min_macos
+        );
+    }
+}
+
+/// Nothing macOS runs on this machine, so the macOS artifacts are checked for what can be seen
+/// without running them: checksums, names (wheel platform tags, npm platforms), contents, and
+/// that every binary is a Mach-O of the artifact's architecture for the promised macOS, signed
+/// where Apple silicon requires it (and the check itself refuses the Linux build's ELF binaries).
+#[test]
+#[ignore = "needs target/dist from packaging/release.sh; .ci/run builds it and runs these"]
+fn the_macos_artifacts_hold_mach_o_binaries_of_their_architecture() {
+    let version = yieldshell_proto::VERSION;
+    let dist = dist_dir();
+    let python = require_tool("python3", "python3");
+    assert_eq!(mach_o(&bin("yieldctl")), None, "an ELF binary");
+    let sums = ok(Command::new("sha256sum")
+        .args(["--check", "--strict", "SHA256SUMS"])
+        .current_dir(&dist));
+    for MacTarget {
+        triple,
+        npm_platform,
+        wheel_tag,
+        cputype,
+        min_macos,
+    } in MACOS_TARGETS
+    {
+        let unpacked = tempfile::tempdir().expect("tempdir");
+        let into = |what: &str| {
+            let dir = unpacked.path().join(what);
+            std::fs::create_dir(&dir).expect("mkdir");
+            dir
+        };
+
+        let stem = format!("yieldshell-{version}-{triple}");
+        let tarball = artifact(&stem, ".tar.gz");
+        ok(Command::new("sha256sum")
+            .args(["--check", "--strict", &format!("{stem}.tar.gz.sha256")])
+            .current_dir(&dist));
+        assert!(sums.contains(&format!("{stem}.tar.gz: OK")), "{sums}");
+        let dir = into("tarball");
+        ok(Command::new("tar")
+            .arg("-xzf")
+            .arg(&tarball)
+            .arg("-C")
+            .arg(&dir));
+        let top = dir.join(&stem);
+        assert_mach_o_binaries(&top.join("bin"), cputype, min_macos, &stem);
+        for path in [
+            "share/man/man1/yieldctl.1",
+            "share/zsh/site-functions/_yieldctl",
+            "share/yieldshell/launchd/dev.yieldshell.yieldshelld.plist",
+            "share/yieldshell/INSTALL.md",
+            "LICENSE-MIT",
+        ] {
+            assert!(top.join(path).is_file(), "{path} missing from {stem}");
+        }
+
+        let wheel = artifact(
+            &format!("yieldshell-{version}-py3-none-{wheel_tag}"),
+            ".whl",
+        );
+        let dir = into("wheel");
+        ok(Command::new(&python)
+            .args(["-m", "zipfile", "-e"])
+            .arg(&wheel)
+            .arg(&dir));
+        let scripts = dir.join(format!("yieldshell-{version}.data/scripts"));
+        assert_mach_o_binaries(&scripts, cputype, min_macos, &wheel.display().to_string());
+
+        let npm = artifact(&format!("yieldshell-{npm_platform}-{version}"), ".tgz");
+        assert!(
+            sums.contains(&format!("yieldshell-{npm_platform}-{version}.tgz: OK")),
+            "{sums}"
+        );
+        let dir = into("npm");
+        ok(Command::new("tar")
+            .arg("-xzf")
+            .arg(&npm)
+            .arg("-C")
+            .arg(&dir));
+        assert_mach_o_binaries(&dir.join("package/bin"), cputype, min_macos, npm_platform);
+        let manifest: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(dir.join("package/package.json")).expect("package.json"),
+        )
+        .expect("json");
+        let (os, cpu) = npm_platform.split_once('-').expect("os-cpu");
+        assert_eq!(manifest["name"], format!("@yieldshell/{npm_platform}"));
+        assert_eq!(manifest["os"], serde_json::json!([os]));
+        assert_eq!(manifest["cpu"], serde_json::json!([cpu]));
+    }
+    // The launcher depends on every platform package built here.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let launcher = artifact(&format!("yieldshell-{version}"), ".tgz");
+    ok(Command::new("tar")
+        .arg("-xzf")
+        .arg(&launcher)
+        .arg("-C")
+        .arg(dir.path()));
+    let manifest: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("package/package.json")).expect("package.json"),
+    )
+    .expect("json");
+    for target in MACOS_TARGETS {
+        assert_eq!(
+            manifest["optionalDependencies"][format!("@yieldshell/{}", target.npm_platform)],
+            version,
+            "{manifest}"
+        );
+    }
+}

@@ -90,10 +90,12 @@ async fn the_npm_launcher_and_its_platform_package() {
     assert_eq!(serve_one_exec(cmd, &d).await, bin_dir.join("yieldshelld"));
 }
 
-/// npm's name for this machine (`process.platform`-`process.arch`).
+/// npm's name for this machine (`process.platform`-`process.arch`), as the launcher maps it.
 fn npm_platform() -> &'static str {
-    match std::env::consts::ARCH {
-        "aarch64" => "linux-arm64",
+    match (std::env::consts::OS, std::env::consts::ARCH) {
+        ("macos", "aarch64") => "darwin-arm64",
+        ("macos", _) => "darwin-x64",
+        (_, "aarch64") => "linux-arm64",
         _ => "linux-x64",
     }
 }

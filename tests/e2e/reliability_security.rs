@@ -5,12 +5,11 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
-use std::time::Instant;
 
 use yieldshell_proto::pb;
 
 use crate::helper::{
-    TIMEOUT, TestDaemon, bin, eventually, eventually_blocking, exec_req, require_root, testbin,
+    TestDaemon, bin, eventually, eventually_blocking, exec_req, require_root, testbin,
 };
 
 /// Runs `yieldshelld` on `socket`/`state` until it exits; returns (success, stderr).
@@ -39,9 +38,12 @@ fn daemon_exits(socket: &std::path::Path, state: &std::path::Path) -> (bool, Str
 /// group/other bits at the first instant a watcher can see it, although the daemon inherited
 /// umask 000 — it sets its own umask before `bind`. (2) can only catch a regression
 /// probabilistically (the window before a `chmod` is microseconds), hence the rounds.
+#[cfg(target_os = "linux")] // inotify
 #[tokio::test]
 async fn s1_the_socket_is_private_from_the_instant_it_appears() {
+    use crate::helper::TIMEOUT;
     use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    use std::time::Instant;
     let rounds = crate::helper::size(10, 100);
     let me = nix::unistd::geteuid().as_raw();
     for _ in 0..rounds {

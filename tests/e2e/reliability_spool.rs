@@ -92,7 +92,9 @@ impl SmallDisk {
     fn fill(&self, leave: u64) -> PathBuf {
         let filler = self.at.join("filler");
         let stat = nix::sys::statvfs::statvfs(&self.at).expect("statvfs");
-        let free = stat.blocks_available() * stat.fragment_size();
+        // The block count is a u32 on macOS, a u64 on Linux (where the conversion is a no-op).
+        #[allow(clippy::useless_conversion)]
+        let free = u64::from(stat.blocks_available()) * stat.fragment_size();
         let size = free.saturating_sub(leave);
         std::fs::write(&filler, vec![0u8; usize::try_from(size).expect("size")])
             .expect("fill the disk");

@@ -3,7 +3,7 @@
 //! and exit status ([`Link::run`]).
 
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
@@ -281,11 +281,36 @@ pub fn attach(dir: &Path) -> io::Result<Held> {
     let sock = if path.as_os_str().len() < 100 {
         UnixStream::connect(&path)?
     } else {
-        // Too long for a socket address: go through the directory's descriptor.
-        let d = std::fs::File::open(dir)?;
-        UnixStream::connect(format!("/proc/self/fd/{}/{SOCKET_NAME}", d.as_raw_fd()))?
+        connect_long(dir)?
     };
     greeted(sock, None)
+}
+
+/// Connects to the holder socket in `dir` when its path is too long for a socket address (104
+/// bytes on macOS, 108 on Linux): on Linux through the directory's descriptor, a short path
+/// whatever `dir` is.
+#[cfg(target_os = "linux")]
+fn connect_long(dir: &Path) -> io::Result<UnixStream> {
+    use std::os::fd::AsRawFd;
+    let d = std::fs::File::open(dir)?;
+    UnixStream::connect(format!("/proc/self/fd/{}/{SOCKET_NAME}", d.as_raw_fd()))
+}
+
+/// Connects to the holder socket in `dir` when its path is too long for a socket address. macOS
+/// has no `/proc/self/fd`, and its `connectat` is not in the SDK stubs the cross-build links
+/// against; so a symlink with a short name in the user's temporary directory stands for `dir`
+/// while connecting. This is the common case there: the state directory under
+/// `~/Library/Application Support` makes process directories longer than 104 bytes.
+#[cfg(not(target_os = "linux"))]
+fn connect_long(dir: &Path) -> io::Result<UnixStream> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // A name no one else uses (pid and counter); `symlink` never replaces an existing entry.
+    let link = std::env::temp_dir().join(format!("yieldshell-{}-{n}", std::process::id()));
+    std::os::unix::fs::symlink(dir, &link)?;
+    let connected = UnixStream::connect(link.join(SOCKET_NAME));
+    let _ = std::fs::remove_file(&link);
+    connected
 }
 
 /// The exit status a holder left in `dir` (it may have exited since).

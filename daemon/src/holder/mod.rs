@@ -440,9 +440,25 @@ impl Hello {
     }
 }
 
+/// `sendmsg` flags that turn a vanished peer into EPIPE rather than SIGPIPE. macOS has no
+/// `MSG_NOSIGNAL`; both of its callers ignore SIGPIPE anyway (the holder sets SIG_IGN, and Rust
+/// binaries start with it), so there the error value is what they get too.
+#[cfg(target_os = "linux")]
+const NO_SIGPIPE: nix::sys::socket::MsgFlags = nix::sys::socket::MsgFlags::MSG_NOSIGNAL;
+#[cfg(not(target_os = "linux"))]
+const NO_SIGPIPE: nix::sys::socket::MsgFlags = nix::sys::socket::MsgFlags::empty();
+
+/// `recvmsg` flags: received descriptors close-on-exec at once where the platform can (Linux);
+/// elsewhere (macOS) [`recv_frame_with_fd`] sets the flag right after, and the holder closes
+/// any descriptor it inherited through that window (`serve::close_stray_fds`).
+#[cfg(target_os = "linux")]
+const RECV_CLOEXEC: nix::sys::socket::MsgFlags = nix::sys::socket::MsgFlags::MSG_CMSG_CLOEXEC;
+#[cfg(not(target_os = "linux"))]
+const RECV_CLOEXEC: nix::sys::socket::MsgFlags = nix::sys::socket::MsgFlags::empty();
+
 /// Sends `frame` with `fd` attached (SCM_RIGHTS on its first bytes). Blocking.
 pub fn send_with_fd(sock: &impl AsRawFd, frame: &[u8], fd: Option<RawFd>) -> io::Result<()> {
-    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+    use nix::sys::socket::{ControlMessage, sendmsg};
     let fds = fd.map(|f| [f]);
     let cmsgs: Vec<ControlMessage<'_>> = fds
         .as_ref()
@@ -453,7 +469,7 @@ pub fn send_with_fd(sock: &impl AsRawFd, frame: &[u8], fd: Option<RawFd>) -> io:
     while sent < frame.len() {
         let iov = [io::IoSlice::new(&frame[sent..])];
         let cm: &[ControlMessage<'_>] = if sent == 0 { &cmsgs } else { &[] };
-        match sendmsg::<()>(sock.as_raw_fd(), &iov, cm, MsgFlags::MSG_NOSIGNAL, None) {
+        match sendmsg::<()>(sock.as_raw_fd(), &iov, cm, NO_SIGPIPE, None) {
             Ok(n) => sent += n,
             Err(nix::errno::Errno::EINTR) => continue,
             Err(nix::errno::Errno::EAGAIN) => {
@@ -482,7 +498,7 @@ fn wait_fd(fd: RawFd, what: nix::poll::PollFlags) -> io::Result<()> {
 
 /// Reads one whole frame from a blocking socket, with any descriptor that came with it.
 pub fn recv_frame_with_fd(sock: &impl AsRawFd) -> io::Result<(Kind, Vec<u8>, Option<OwnedFd>)> {
-    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    use nix::sys::socket::{ControlMessageOwned, recvmsg};
     // The length alone first: descriptors arrive with the first byte of what carried them, and
     // a longer read could run into the next frame.
     let mut head = [0u8; 4];
@@ -491,12 +507,7 @@ pub fn recv_frame_with_fd(sock: &impl AsRawFd) -> io::Result<(Kind, Vec<u8>, Opt
     let mut space = nix::cmsg_space!([RawFd; 1]);
     while got < head.len() {
         let mut iov = [io::IoSliceMut::new(&mut head[got..])];
-        let msg = match recvmsg::<()>(
-            sock.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        ) {
+        let msg = match recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), RECV_CLOEXEC) {
             Ok(m) => m,
             Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return Err(e.into()),
@@ -512,6 +523,11 @@ pub fn recv_frame_with_fd(sock: &impl AsRawFd) -> io::Result<(Kind, Vec<u8>, Opt
                 for f in fds {
                     // SAFETY: a descriptor just received is ours alone; extra ones are closed.
                     let owned = unsafe { OwnedFd::from_raw_fd(f) };
+                    #[cfg(not(target_os = "linux"))]
+                    nix::fcntl::fcntl(
+                        &owned,
+                        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+                    )?;
                     fd.get_or_insert(owned);
                 }
             }

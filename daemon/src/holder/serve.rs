@@ -6,8 +6,9 @@
 //! is gone, the pipes are at EOF and the daemon has every frame:
 //! - each pipe read is redacted, written to the spool, and only then queued for the daemon, so
 //!   the spool always holds at least what the daemon's ring does;
-//! - every child is reaped at once (SIGCHLD through a signalfd); the shell's status goes to the
-//!   exit file first, then to the daemon;
+//! - every child is reaped at once (SIGCHLD through a signalfd on Linux, through a self-pipe
+//!   written by a SIGCHLD handler elsewhere); the shell's status goes to the exit file first,
+//!   then to the daemon;
 //! - a daemon that connects anew (after a crash or restart) replaces the old connection and gets
 //!   a fresh [`Hello`]; while no daemon is connected the holder only writes the spool.
 //!
@@ -56,6 +57,8 @@ fn run() -> io::Result<()> {
         &first,
         nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
     )?;
+    #[cfg(not(target_os = "linux"))]
+    close_stray_fds();
     detach_stdio();
     // The exit file and the socket are the user's alone.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
@@ -178,17 +181,48 @@ pub(super) fn detach_stdio() {
     }
 }
 
-/// SIGPIPE ignored (a vanished daemon is an error value, never a death), SIGCHLD blocked for the
-/// signalfd. The shell gets an empty mask and default dispositions from its spawn.
+/// Closes every descriptor above the daemon's connection that this holder inherited. On macOS
+/// a descriptor the daemon was receiving (no `MSG_CMSG_CLOEXEC`) or accepting (no `accept4`)
+/// while it forked this holder may not have been close-on-exec yet; a holder keeping another
+/// process's stdin pipe open would keep that stdin from ever closing. Linux sets the flag
+/// atomically, so there is nothing to close.
+#[cfg(not(target_os = "linux"))]
+fn close_stray_fds() {
+    // /dev/fd lists this process's open descriptors (the listing's own is closed again by
+    // the time the loop runs, and closing it twice is a harmless EBADF).
+    let Ok(dir) = std::fs::read_dir("/dev/fd") else {
+        return;
+    };
+    let open: Vec<i32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in open.into_iter().filter(|fd| *fd > HOLDER_FD) {
+        // SAFETY: nothing in this process uses a descriptor above HOLDER_FD yet.
+        unsafe {
+            libc::close(fd);
+        }
+    }
+}
+
+/// SIGPIPE ignored (a vanished daemon is an error value, never a death); on Linux SIGCHLD
+/// blocked for the signalfd and the holder made the subreaper of its tree. The shell gets an
+/// empty mask and default dispositions from its spawn.
+///
+/// macOS has no subreaper: a descendant orphaned by the shell goes to launchd, not to the holder,
+/// so the holder reaps only the shell, and the daemon finds such a descendant by its marker.
 fn prepare_signals() -> io::Result<()> {
-    use nix::sys::signal::{SigHandler, SigSet, SigmaskHow, Signal, signal, sigprocmask};
+    use nix::sys::signal::{SigHandler, Signal, signal};
     // SAFETY: SIG_IGN installs no handler code.
     unsafe { signal(Signal::SIGPIPE, SigHandler::SigIgn) }?;
-    let mut set = SigSet::empty();
-    set.add(Signal::SIGCHLD);
-    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&set), None)?;
     #[cfg(target_os = "linux")]
-    nix::sys::prctl::set_child_subreaper(true)?;
+    {
+        use nix::sys::signal::{SigSet, SigmaskHow, sigprocmask};
+        let mut set = SigSet::empty();
+        set.add(Signal::SIGCHLD);
+        sigprocmask(SigmaskHow::SIG_BLOCK, Some(&set), None)?;
+        nix::sys::prctl::set_child_subreaper(true)?;
+    }
     Ok(())
 }
 
@@ -207,13 +241,53 @@ fn signal_fd() -> io::Result<Signals> {
     )?)
 }
 
-/// Without signalfd the loop polls for exits on a short timer instead.
+/// Without signalfd (macOS): the read end of a self-pipe that a SIGCHLD handler writes a byte
+/// to, so `poll` wakes on a child's exit as it does on Linux.
 #[cfg(not(target_os = "linux"))]
-type Signals = ();
+type Signals = OwnedFd;
+
+/// The self-pipe's write end, for the handler (set once, before the handler is installed).
+#[cfg(not(target_os = "linux"))]
+static CHILD_PIPE_WRITE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 
 #[cfg(not(target_os = "linux"))]
+extern "C" fn on_child_signal(_: libc::c_int) {
+    let fd = CHILD_PIPE_WRITE.load(std::sync::atomic::Ordering::Relaxed);
+    if fd >= 0 {
+        // write(2) is async-signal-safe; errno is saved around it for the code interrupted. A
+        // full pipe (EAGAIN) is fine: it is readable already, which is all the loop needs.
+        let saved = nix::errno::Errno::last_raw();
+        // SAFETY: one byte from a static into a descriptor this process owns.
+        unsafe {
+            libc::write(fd, [1u8].as_ptr().cast(), 1);
+        }
+        nix::errno::Errno::set_raw(saved);
+    }
+}
+
+/// Creates the self-pipe (both ends non-blocking and close-on-exec, so the shell inherits
+/// neither) and installs the SIGCHLD handler that writes to it.
+#[cfg(not(target_os = "linux"))]
 fn signal_fd() -> io::Result<Signals> {
-    Ok(())
+    use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    use std::os::fd::IntoRawFd;
+    // macOS has no pipe2: the flags are set right after, before any child exists.
+    let (read, write) = nix::unistd::pipe()?;
+    for end in [&read, &write] {
+        fcntl(end, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+        fcntl(end, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+    }
+    // The write end lives as long as the process (the handler may run until exit).
+    CHILD_PIPE_WRITE.store(write.into_raw_fd(), std::sync::atomic::Ordering::Relaxed);
+    let action = SigAction::new(
+        SigHandler::Handler(on_child_signal),
+        SaFlags::SA_RESTART | SaFlags::SA_NOCLDSTOP,
+        SigSet::empty(),
+    );
+    // SAFETY: the handler only calls write(2) and touches errno, both async-signal-safe.
+    unsafe { sigaction(Signal::SIGCHLD, &action) }?;
+    Ok(read)
 }
 
 /// A connected daemon.
@@ -253,7 +327,6 @@ struct Holder {
     listener: Option<UnixListener>,
     /// The exit file is written (after the frames that a waiting `exec` needs).
     exit_written: bool,
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     signals: Signals,
     /// Spool bytes lost as last told to the daemon.
     reported_health: u64,
@@ -309,10 +382,9 @@ impl Holder {
                 .as_ref()
                 .is_none_or(|c| c.backlog() < BACKLOG_LIMIT);
             let mut fds = Vec::with_capacity(5);
-            #[cfg(target_os = "linux")]
+            // Exits are news only when the signalfd (or the self-pipe) says so.
             fds.push(readable(&self.signals));
-            // Exits are news only when the signalfd says so (without one: every wake-up).
-            let signals_at = cfg!(target_os = "linux").then_some(0);
+            let signals_at = 0;
             let listener_at = self.listener.as_ref().map(|l| {
                 fds.push(readable(l));
                 fds.len() - 1
@@ -334,13 +406,7 @@ impl Holder {
                     }
                 }
             }
-            // Without a signalfd, exits are looked for every 20 ms.
-            let timeout = if cfg!(target_os = "linux") {
-                PollTimeout::NONE
-            } else {
-                PollTimeout::from(20u8)
-            };
-            match poll(&mut fds, timeout) {
+            match poll(&mut fds, PollTimeout::NONE) {
                 Ok(_) => {}
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(_) => {
@@ -355,7 +421,7 @@ impl Holder {
             let conn_ready = ready(conn_at);
             let listener_ready = ready(listener_at);
             let pipes_ready = [ready(pipe_at[0]), ready(pipe_at[1])];
-            let children_changed = signals_at.is_none() || ready(signals_at);
+            let children_changed = ready(Some(signals_at));
             drop(fds);
             if children_changed {
                 self.drain_signals();
@@ -389,7 +455,10 @@ impl Holder {
     }
 
     #[cfg(not(target_os = "linux"))]
-    fn drain_signals(&mut self) {}
+    fn drain_signals(&mut self) {
+        let mut bytes = [0u8; 64];
+        while matches!(nix::unistd::read(&self.signals, &mut bytes), Ok(n) if n > 0) {}
+    }
 
     /// Reaps every exited child: the shell's status is recorded (file first, then the daemon);
     /// adopted orphans are only collected.

@@ -141,20 +141,27 @@ pub fn parse_syscall(text: &str) -> Option<SyscallState> {
     Some(SyscallState::Blocked { nr, arg0 })
 }
 
-/// Whether `nr` is a read of one fd's data (`read`, `readv`, `pread64`, `preadv`, `preadv2`).
+/// Linux's numbers of the syscalls that read one fd's data (`read`, `readv`, `pread64`,
+/// `preadv`, `preadv2`), as `/proc/<pid>/syscall` reports them.
+#[cfg(target_os = "linux")]
+const READ_SYSCALLS: [libc::c_long; 5] = [
+    libc::SYS_read,
+    libc::SYS_readv,
+    libc::SYS_pread64,
+    libc::SYS_preadv,
+    libc::SYS_preadv2,
+];
+
+/// Elsewhere no process reports its syscall, so none is known to be a read.
+#[cfg(not(target_os = "linux"))]
+const READ_SYSCALLS: [libc::c_long; 0] = [];
+
+/// Whether `nr` is a read of one fd's data (one of [`READ_SYSCALLS`]).
 // `c_long` is `i64` here but `i32` on 32-bit targets: the conversion is not useless there.
 #[allow(clippy::useless_conversion)]
 #[cfg(unix)]
 pub fn is_read_syscall(nr: i64) -> bool {
-    [
-        libc::SYS_read,
-        libc::SYS_readv,
-        libc::SYS_pread64,
-        libc::SYS_preadv,
-        libc::SYS_preadv2,
-    ]
-    .iter()
-    .any(|n| i64::from(*n) == nr)
+    READ_SYSCALLS.iter().any(|n| i64::from(*n) == nr)
 }
 
 /// Whether `/proc/<pid>/fdinfo/<n>` describes an fd open for reading (its octal `flags` have
@@ -565,7 +572,8 @@ async fn recent_answers(shells: Vec<Identity>) -> Vec<Option<bool>> {
     answers
 }
 
-#[cfg(test)]
+// The tests speak Linux syscall numbers, the only ones a process reports.
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use std::collections::HashMap;
 
@@ -631,10 +639,13 @@ mod tests {
             })
         );
         assert_eq!(parse_syscall(""), None);
-        assert!(is_read_syscall(i64::from(libc::SYS_read)));
-        assert!(is_read_syscall(i64::from(libc::SYS_readv)));
-        assert!(!is_read_syscall(i64::from(libc::SYS_wait4)));
-        assert!(!is_read_syscall(i64::from(libc::SYS_write)));
+        #[cfg(target_os = "linux")]
+        {
+            assert!(is_read_syscall(i64::from(libc::SYS_read)));
+            assert!(is_read_syscall(i64::from(libc::SYS_readv)));
+            assert!(!is_read_syscall(i64::from(libc::SYS_wait4)));
+            assert!(!is_read_syscall(i64::from(libc::SYS_write)));
+        }
         let fdinfo =
             |flags: &str| format!("pos:\t0\nflags:\t{flags}\nmnt_id:\t16\nino:\t1738101\n");
         assert_eq!(fdinfo_readable(&fdinfo("00")), Some(true));

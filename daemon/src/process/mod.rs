@@ -7,6 +7,8 @@
 //! themselves, so a client that disconnects mid-call leaves nothing half-done.
 
 pub mod actor;
+#[cfg(any(target_os = "macos", test))]
+pub mod darwin;
 pub mod input_wait;
 mod io;
 #[cfg(windows)]

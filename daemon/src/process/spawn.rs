@@ -12,7 +12,9 @@
 //! copies no page tables and leaves the daemon's other threads no copy-on-write faults to take,
 //! which is a good part of `exec`'s latency. Elsewhere it falls back to `fork` + `pre_exec`.
 
-use std::ffi::{CString, OsString};
+#[cfg(target_os = "linux")]
+use std::ffi::CString;
+use std::ffi::OsString;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -41,9 +43,6 @@ fn enlarge_pipe(fd: &impl std::os::fd::AsRawFd) {
         libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20);
     }
 }
-
-#[cfg(not(target_os = "linux"))]
-fn enlarge_pipe(_fd: &impl std::os::fd::AsRawFd) {}
 
 /// Resets, in the daemon itself and once at startup, every signal it inherited as *ignored* to
 /// its default (except SIGPIPE, which the daemon must keep ignoring to see EPIPE as an error).
@@ -96,6 +95,7 @@ pub struct Shell {
     pub stderr: OwnedFd,
 }
 
+#[cfg(target_os = "linux")]
 fn cstring(b: Vec<u8>, what: &str) -> io::Result<CString> {
     CString::new(b).map_err(|_| {
         io::Error::new(

@@ -3,14 +3,18 @@
 //! Containment (RELIABILITY §2.10), as implemented:
 //! - Every managed command starts in a new session, so the shell and everything it forks share a
 //!   process group and a session id equal to the shell's pid: `killpg` reaches them all.
-//! - Descendants that leave with `setsid`/`setpgid` are found on Linux by the marker every
-//!   managed process inherits in its environment (`YIELDSHELL_PROCESS_ID=<id>`), read from
-//!   `/proc/<pid>/environ` for processes of our uid. A process that scrubs its environment *and*
-//!   leaves the session escapes; that is documented in `docs/RELIABILITY.md`.
-//! - Every pid is paired with its start time (`/proc/<pid>/stat` field 22) and re-checked before
-//!   it is signalled, so a recycled pid is never hit.
+//! - Descendants that leave with `setsid`/`setpgid` are found by the marker every managed
+//!   process inherits in its environment (`YIELDSHELL_PROCESS_ID=<id>`), read for processes of
+//!   our uid from `/proc/<pid>/environ` (Linux) or `sysctl(KERN_PROCARGS2)` (macOS, see
+//!   [`super::darwin`]). A process that scrubs its environment *and* leaves the session escapes;
+//!   that is documented in `docs/RELIABILITY.md`.
+//! - Every pid is paired with its start time (Linux: `/proc/<pid>/stat` field 22; macOS:
+//!   `proc_pidinfo`) and re-checked before it is signalled, so a recycled pid is never hit.
+//! - Linux only: the daemon and each holder are child subreapers, so an orphaned descendant is
+//!   re-parented to them and a look for escapees can skip the marker scan when nothing was
+//!   adopted. macOS has no subreaper (orphans go to launchd): that look always scans.
 //!
-//! On other Unix systems only the process group is reached (no `/proc`).
+//! On other Unix systems only the process group is reached (no process table is read).
 //!
 //! The actor reaches all of this through the [`ProcessTree`] trait ([`SystemTree`] here; a fake in
 //! the actor's tests), and runs the `/proc` scans on the blocking pool ([`off_runtime`]).
@@ -24,7 +28,7 @@ pub use super::tree_ops::{Identity, ProcessTree, off_runtime};
 /// The environment variable carrying a process's YieldShell id (DESIGN §4).
 pub const MARKER_VAR: &str = "YIELDSHELL_PROCESS_ID";
 
-/// Fields of `/proc/<pid>/stat` we use.
+/// Fields of `/proc/<pid>/stat` (Linux) or `proc_bsdinfo` (macOS) we use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcStat {
     /// Parent pid.
@@ -35,7 +39,7 @@ pub struct ProcStat {
     pub session: i32,
     /// State letter (`R`, `S`, `Z`, …).
     pub state: u8,
-    /// Start time in clock ticks after boot.
+    /// Start time, in the unit of [`Identity::start_time`].
     pub start_time: u64,
 }
 
@@ -73,15 +77,21 @@ pub fn read_stat(pid: i32) -> Option<ProcStat> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
-/// Without `/proc`, no stat is available.
-#[cfg(not(target_os = "linux"))]
+/// Reads `proc_pidinfo` and `getsid` (macOS).
+#[cfg(target_os = "macos")]
+pub fn read_stat(pid: i32) -> Option<ProcStat> {
+    super::darwin::read_stat(pid)
+}
+
+/// Without a process table, no stat is available.
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
 pub fn read_stat(_pid: i32) -> Option<ProcStat> {
     None
 }
 
 /// The identity of a live process now.
 pub fn identify(pid: i32) -> Option<Identity> {
-    if cfg!(target_os = "linux") {
+    if cfg!(any(target_os = "linux", target_os = "macos")) {
         let stat = read_stat(pid)?;
         stat.is_alive().then_some(Identity {
             pid,
@@ -105,8 +115,8 @@ pub fn marker_entry(process_id: &str) -> Vec<u8> {
 }
 
 /// Every live process of the tree: members of the process group or session `leader_pgid`, and
-/// (Linux) processes of our uid carrying the marker of `process_id`.
-#[cfg(target_os = "linux")]
+/// processes of our uid carrying the marker of `process_id`.
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 pub fn find_tree(leader_pgid: Option<i32>, process_id: &str) -> Vec<Identity> {
     let groups: std::collections::HashSet<i32> = leader_pgid.into_iter().collect();
     let markers = std::collections::HashSet::from([marker_entry(process_id)]);
@@ -173,16 +183,23 @@ fn pid_entry(entry: &std::fs::DirEntry) -> Option<i32> {
     entry.file_name().to_str()?.parse().ok()
 }
 
-/// Without `/proc`: nothing outside the group can be found.
-#[cfg(not(target_os = "linux"))]
+/// The final sweep after a process group has emptied (macOS): without a subreaper nothing says
+/// whether a descendant left the group, so this is always the full marker scan.
+#[cfg(target_os = "macos")]
+pub fn find_escapees(process_id: &str, _is_spawned: impl Fn(i32) -> bool) -> Vec<Identity> {
+    find_tree(None, process_id)
+}
+
+/// Without a process table: nothing outside the group can be found.
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
 pub fn find_escapees(_process_id: &str, _is_spawned: impl Fn(i32) -> bool) -> Vec<Identity> {
     Vec::new()
 }
 
-/// One `/proc` pass for many trees at once: live processes in any of `groups` (as process group
-/// or session) or of our uid carrying any of `markers`. A daemon stopping everything at shutdown
-/// scans once per round instead of once per process.
-#[cfg(target_os = "linux")]
+/// One pass over the process table for many trees at once: live processes in any of `groups`
+/// (as process group or session) or of our uid carrying any of `markers`. A daemon stopping
+/// everything at shutdown scans once per round instead of once per process.
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 pub fn find_trees(
     groups: &std::collections::HashSet<i32>,
     markers: &std::collections::HashSet<Vec<u8>>,
@@ -197,7 +214,7 @@ pub fn find_trees(
 /// `killpg` reaches), and the processes carrying the marker of `process_id` outside it. A stop
 /// signals the group first (one syscall, no waiting), then the outsiders after the scan, and
 /// remembers both so nobody gets the same signal twice.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 pub fn split_tree(leader_pgid: i32, process_id: &str) -> (Vec<Identity>, Vec<Identity>) {
     let groups = std::collections::HashSet::from([leader_pgid]);
     let markers = std::collections::HashSet::from([marker_entry(process_id)]);
@@ -210,30 +227,62 @@ pub fn split_tree(leader_pgid: i32, process_id: &str) -> (Vec<Identity>, Vec<Ide
     )
 }
 
-/// Without `/proc`: the group leader if alive; nothing outside the group can be found.
-#[cfg(not(target_os = "linux"))]
+/// Without a process table: the group leader if alive; nothing outside the group can be found.
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
 pub fn split_tree(leader_pgid: i32, process_id: &str) -> (Vec<Identity>, Vec<Identity>) {
     (find_tree(Some(leader_pgid), process_id), Vec::new())
 }
 
-/// One pass over `/proc`: members of `groups` (flagged `true`) and processes of our uid carrying
-/// one of `markers`.
+/// Every pid on the machine: the numeric entries of `/proc`.
 #[cfg(target_os = "linux")]
+fn all_pids() -> Option<Vec<i32>> {
+    Some(
+        std::fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .filter_map(|e| pid_entry(&e))
+            .collect(),
+    )
+}
+
+#[cfg(target_os = "macos")]
+use super::darwin::all_pids;
+
+/// The environment of `pid` (NUL-separated entries) if the process belongs to `uid`: only our
+/// own processes are ours to find (and only theirs can be read).
+#[cfg(target_os = "linux")]
+fn environ_if_owned(pid: i32, uid: u32) -> Option<Vec<u8>> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = format!("/proc/{pid}");
+    if std::fs::metadata(&dir).ok()?.uid() != uid {
+        return None;
+    }
+    std::fs::read(format!("{dir}/environ")).ok()
+}
+
+/// The environment of `pid` (NUL-separated entries) if the process belongs to `uid`.
+#[cfg(target_os = "macos")]
+fn environ_if_owned(pid: i32, uid: u32) -> Option<Vec<u8>> {
+    if super::darwin::uid_of(pid)? != uid {
+        return None;
+    }
+    super::darwin::environ(pid)
+}
+
+/// One pass over the process table: members of `groups` (flagged `true`) and processes of our
+/// uid carrying one of `markers`.
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 fn scan(
     groups: &std::collections::HashSet<i32>,
     markers: &std::collections::HashSet<Vec<u8>>,
 ) -> Vec<(Identity, bool)> {
-    use std::os::unix::fs::MetadataExt;
     let uid = nix::unistd::getuid().as_raw();
     let me = std::process::id() as i32;
-    let Ok(dir) = std::fs::read_dir("/proc") else {
+    let Some(pids) = all_pids() else {
         return Vec::new();
     };
     let mut found = Vec::new();
-    for entry in dir.flatten() {
-        let Some(pid) = pid_entry(&entry) else {
-            continue;
-        };
+    for pid in pids {
         if pid == me {
             continue;
         }
@@ -250,9 +299,8 @@ fn scan(
         let member = in_group
             || groups.contains(&stat.session)
             || (!markers.is_empty()
-                && entry.metadata().is_ok_and(|m| m.uid() == uid)
-                && std::fs::read(format!("/proc/{pid}/environ"))
-                    .is_ok_and(|env| env.split(|b| *b == 0).any(|e| markers.contains(e))));
+                && environ_if_owned(pid, uid)
+                    .is_some_and(|env| env.split(|b| *b == 0).any(|e| markers.contains(e))));
         if member {
             let id = Identity {
                 pid,
@@ -264,8 +312,8 @@ fn scan(
     found
 }
 
-/// Without `/proc`: the live groups among `groups` (each is signalled as a whole anyway).
-#[cfg(not(target_os = "linux"))]
+/// Without a process table: the live groups among `groups` (each is signalled as a whole anyway).
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
 pub fn find_trees(
     groups: &std::collections::HashSet<i32>,
     _markers: &std::collections::HashSet<Vec<u8>>,
@@ -351,8 +399,9 @@ pub fn stop_all(
     }
 }
 
-/// Without `/proc`: the group leader if it is alive (the group is signalled as a whole anyway).
-#[cfg(not(target_os = "linux"))]
+/// Without a process table: the group leader if it is alive (the group is signalled as a whole
+/// anyway).
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
 pub fn find_tree(leader_pgid: Option<i32>, _process_id: &str) -> Vec<Identity> {
     match leader_pgid {
         Some(g) if killpg(Pid::from_raw(g), None).is_ok() => vec![Identity {
@@ -380,6 +429,8 @@ pub fn signal_tree(leader_pgid: Option<i32>, members: &[Identity], signal: Signa
 pub fn containment_name() -> &'static str {
     if cfg!(target_os = "linux") {
         "session+process-group+subreaper+marker-scan"
+    } else if cfg!(target_os = "macos") {
+        "session+process-group+marker-scan"
     } else {
         "session+process-group"
     }
@@ -410,6 +461,13 @@ pub mod fake;
 pub struct SystemTree {
     reaper: std::sync::Arc<super::reaper::Reaper>,
     /// The holder and the shell's pid.
+    #[cfg_attr(
+        not(target_os = "linux"),
+        allow(
+            dead_code,
+            reason = "only a subreaper holder has adopted children to look at"
+        )
+    )]
     held: Option<(Identity, i32)>,
 }
 

@@ -11,7 +11,8 @@ use super::tree::Signal;
 pub struct Identity {
     /// Process id.
     pub pid: i32,
-    /// Start time in clock ticks after boot (0 where unknown).
+    /// Start time (0 where unknown), in the platform's unit: clock ticks after boot on Linux,
+    /// microseconds since the epoch on macOS. Only compared with readings on the same machine.
     pub start_time: u64,
 }
 

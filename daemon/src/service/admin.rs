@@ -44,7 +44,8 @@ pub(super) fn hello(
     })
 }
 
-/// Resident memory of this process (Linux: `/proc/self/statm`; elsewhere unknown, 0).
+/// Resident memory of this process (Linux: `/proc/self/statm`; macOS: `proc_pidinfo`'s task
+/// info; elsewhere unknown, 0).
 fn rss_bytes() -> u64 {
     #[cfg(target_os = "linux")]
     {
@@ -56,7 +57,11 @@ fn rss_bytes() -> u64 {
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
         pages * u64::try_from(page).unwrap_or(4096)
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(target_os = "macos")]
+    {
+        crate::process::darwin::resident_bytes(std::process::id() as i32).unwrap_or(0)
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
     {
         0
     }
