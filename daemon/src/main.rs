@@ -141,7 +141,7 @@ fn max_files_per_process() -> u64 {
 }
 
 /// Elsewhere the hard limit is the ceiling.
-#[cfg(not(target_os = "macos"))]
+#[cfg(all(unix, not(target_os = "macos")))]
 fn max_files_per_process() -> u64 {
     u64::MAX
 }

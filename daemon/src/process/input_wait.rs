@@ -153,7 +153,7 @@ const READ_SYSCALLS: [libc::c_long; 5] = [
 ];
 
 /// Elsewhere no process reports its syscall, so none is known to be a read.
-#[cfg(not(target_os = "linux"))]
+#[cfg(all(unix, not(target_os = "linux")))]
 const READ_SYSCALLS: [libc::c_long; 0] = [];
 
 /// Whether `nr` is a read of one fd's data (one of [`READ_SYSCALLS`]).

@@ -348,6 +348,7 @@ pub(super) async fn exec(
         }
     }
     // After the answer is ready, so starting the next idle holder does not delay it.
+    #[cfg(unix)]
     d.holders.refill_later();
     Ok(resp)
 }
