@@ -138,6 +138,15 @@ fn run() -> io::Result<()> {
         signals,
         reported_health: 0,
     };
+    // The socket for later daemons exists before the first daemon hears of the shell: a daemon
+    // killed right after answering its `exec` leaves a holder the next one can find (bound
+    // later, the next daemon could look in between, find nothing and call the process lost).
+    // It is bound relative to the process directory, so a long state-dir path never hits the
+    // ~107-byte limit of socket addresses.
+    let _ = std::fs::remove_file(SOCKET_NAME);
+    let listener = UnixListener::bind(SOCKET_NAME)?;
+    listener.set_nonblocking(true)?;
+    h.listener = Some(listener);
     if let Err(e) = h.connect(first) {
         // The daemon died before it heard of the shell: its `exec` failed, and a daemon that
         // recovers meanwhile may already have looked for leftovers. The shell must not run on
@@ -147,15 +156,9 @@ fn run() -> io::Result<()> {
             nix::sys::signal::Signal::SIGKILL,
         );
         h.reap();
+        let _ = std::fs::remove_file(SOCKET_NAME);
         return Err(e);
     }
-    // Only now the socket for later daemons: creating it costs a file-system operation that
-    // would otherwise delay the first daemon's answer. It is bound relative to the process
-    // directory, so a long state-dir path never hits the ~107-byte limit of socket addresses.
-    let _ = std::fs::remove_file(SOCKET_NAME);
-    let listener = UnixListener::bind(SOCKET_NAME)?;
-    listener.set_nonblocking(true)?;
-    h.listener = Some(listener);
     h.serve();
     if let Some((_, files)) = h.spool.as_mut() {
         files.finish();
