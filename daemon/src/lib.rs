@@ -41,6 +41,8 @@ pub mod service;
 pub mod session;
 pub mod state;
 pub mod status;
+#[cfg(all(test, target_os = "linux"))]
+mod test_child;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

@@ -568,24 +568,11 @@ mod tests {
     /// process may do: the test binary runs [`fallback_child`] again, alone, in a child.
     #[test]
     fn without_the_chdir_action_the_shell_still_starts_in_its_directory() {
-        let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
-            .args([
-                "--exact",
-                "--ignored",
-                "process::spawn::tests::fallback_child",
-                "--test-threads=1",
-                "--nocapture",
-            ])
-            .env(CHILD_VAR, "1")
-            .output()
-            .expect("run the test binary");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
+        crate::test_child::run_in_child(
+            "process::spawn::tests::fallback_child",
+            CHILD_VAR,
+            "fallback ok",
         );
-        assert!(stdout.contains("fallback ok"), "{stdout}");
     }
 
     /// The child half of the test above, which runs it.

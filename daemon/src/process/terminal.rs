@@ -578,24 +578,11 @@ mod tests {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[test]
     fn fifty_megabytes_grow_the_emulator_by_less_than_its_bound() {
-        let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
-            .args([
-                "--exact",
-                "--ignored",
-                "process::terminal::tests::flood_child",
-                "--test-threads=1",
-                "--nocapture",
-            ])
-            .env(CHILD_VAR, "1")
-            .output()
-            .expect("run the test binary");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
+        crate::test_child::run_in_child(
+            "process::terminal::tests::flood_child",
+            CHILD_VAR,
+            "flood ok",
         );
-        assert!(stdout.contains("flood ok"), "{stdout}");
     }
 
     /// The child half of the test above, which runs it.
