@@ -498,22 +498,8 @@ async fn interleaved_exec(
 /// `exec true` straight over the control plane, without MCP: splits the shim's share of the
 /// round trip from the daemon's.
 async fn grpc_exec(bench: &Bench, c: &Counts) -> anyhow::Result<Summary> {
-    use yieldshell_proto::client::{ConnectOptions, Session};
     use yieldshell_proto::pb;
-    let opts = ConnectOptions {
-        socket: bench.socket.clone(),
-        state_dir: Some(bench.state.clone()),
-        autostart: false,
-        daemon_bin: None,
-        client_name: "bench".into(),
-        start_timeout: Duration::from_secs(10),
-        deadlines: Default::default(),
-    };
-    let config = yieldshell_proto::session_config::SessionConfig::from_vars(
-        std::env::vars_os().collect(),
-        &bench.work,
-    )?;
-    let session = Session::new(opts, &config);
+    let session = bench.control_session("bench")?;
     let req = pb::ExecRequest {
         session_id: session.id().to_string(),
         command: b"true".to_vec(),

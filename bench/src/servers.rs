@@ -105,6 +105,28 @@ pub fn install_original(venv: &Path) -> anyhow::Result<PathBuf> {
 }
 
 impl Bench {
+    /// A session straight on the daemon's control plane (no MCP), for measurements that split
+    /// the shim's share of a round trip from the daemon's.
+    pub fn control_session(
+        &self,
+        client_name: &str,
+    ) -> anyhow::Result<yieldshell_proto::client::Session> {
+        let opts = yieldshell_proto::client::ConnectOptions {
+            socket: self.socket.clone(),
+            state_dir: Some(self.state.clone()),
+            autostart: false,
+            daemon_bin: None,
+            client_name: client_name.into(),
+            start_timeout: Duration::from_secs(10),
+            deadlines: Default::default(),
+        };
+        let config = yieldshell_proto::session_config::SessionConfig::from_vars(
+            std::env::vars_os().collect(),
+            &self.work,
+        )?;
+        Ok(yieldshell_proto::client::Session::new(opts, &config))
+    }
+
     /// Starts our daemon in a temp dir; installs the original unless `skip_original`.
     pub async fn setup(venv: &Path, skip_original: bool) -> anyhow::Result<Bench> {
         let bin_dir = own_bin_dir()?;

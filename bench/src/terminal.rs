@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use serde_json::json;
-use yieldshell_proto::client::{ConnectOptions, Session};
+use yieldshell_proto::client::Session;
 use yieldshell_proto::pb;
 
 use crate::Opts;
@@ -43,23 +43,6 @@ impl Counts {
             }
         }
     }
-}
-
-fn session(bench: &Bench) -> anyhow::Result<Session> {
-    let opts = ConnectOptions {
-        socket: bench.socket.clone(),
-        state_dir: Some(bench.state.clone()),
-        autostart: false,
-        daemon_bin: None,
-        client_name: "bench-terminal".into(),
-        start_timeout: Duration::from_secs(10),
-        deadlines: Default::default(),
-    };
-    let config = yieldshell_proto::session_config::SessionConfig::from_vars(
-        std::env::vars_os().collect(),
-        &bench.work,
-    )?;
-    Ok(Session::new(opts, &config))
 }
 
 /// One `exec`, timed from the call to its answer.
@@ -152,7 +135,7 @@ async fn input_wait(s: &Session, tty: bool, n: usize) -> anyhow::Result<Summary>
 pub async fn run(opts: &Opts) -> anyhow::Result<()> {
     let c = Counts::new(opts.quick);
     let bench = Bench::setup(&opts.venv, true).await?;
-    let s = session(&bench)?;
+    let s = bench.control_session("bench-terminal")?;
     eprintln!("exec latency, pipes and terminal…");
     let pipe_exec = exec_latency(&s, "true", false, c.execs).await?;
     let tty_exec = exec_latency(&s, "true", true, c.execs).await?;
