@@ -104,7 +104,28 @@ pub struct ProcessRecord {
 enum Job {
     Save(Box<ProcessRecord>),
     Remove(String),
-    Barrier(std::sync::mpsc::Sender<()>),
+    /// Answered once every job queued before it is on disk.
+    Barrier(BarrierReply),
+}
+
+/// Who waits on a barrier: a thread (shutdown) or a task (an exec about to yield).
+enum BarrierReply {
+    Thread(std::sync::mpsc::Sender<()>),
+    Task(tokio::sync::oneshot::Sender<()>),
+}
+
+impl BarrierReply {
+    fn send(self) {
+        // A waiter that gave up (its call was cancelled) needs no answer.
+        match self {
+            BarrierReply::Thread(tx) => {
+                let _ = tx.send(());
+            }
+            BarrierReply::Task(tx) => {
+                let _ = tx.send(());
+            }
+        }
+    }
 }
 
 /// Where records live, and the queue to their writer.
@@ -159,9 +180,8 @@ const WRITE_BATCH_DELAY: std::time::Duration = std::time::Duration::from_millis(
 
 fn run_writer(root: &Path, jobs: &std::sync::mpsc::Receiver<Job>) {
     while let Ok(first) = jobs.recv() {
-        std::thread::sleep(WRITE_BATCH_DELAY);
         let mut batch = vec![first];
-        batch.extend(jobs.try_iter());
+        gather(jobs, &mut batch);
         for (i, job) in batch.iter().enumerate() {
             let result = match job {
                 // A later record of the same process in this batch supersedes this one.
@@ -174,14 +194,29 @@ fn run_writer(root: &Path, jobs: &std::sync::mpsc::Receiver<Job>) {
                 }
                 Job::Save(r) => write_record(root, r),
                 Job::Remove(id) => remove_dir(root, id),
-                Job::Barrier(done) => {
-                    let _ = done.send(());
-                    Ok(())
-                }
+                Job::Barrier(_) => Ok(()),
             };
             if let Err(e) = result {
                 tracing::warn!(?job, "persisting process state failed: {e}");
             }
+        }
+        for job in batch {
+            if let Job::Barrier(reply) = job {
+                reply.send();
+            }
+        }
+    }
+}
+
+/// Adds to `batch` the jobs that arrive within [`WRITE_BATCH_DELAY`] of its first one, or up to
+/// the first barrier: someone waits on that one, so the batch is written at once.
+fn gather(jobs: &std::sync::mpsc::Receiver<Job>, batch: &mut Vec<Job>) {
+    let deadline = std::time::Instant::now() + WRITE_BATCH_DELAY;
+    while !matches!(batch.last(), Some(Job::Barrier(_))) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match jobs.recv_timeout(left) {
+            Ok(job) => batch.push(job),
+            Err(_) => break,
         }
     }
 }
@@ -248,8 +283,26 @@ impl RecordStore {
     /// Waits until every queued write is on disk (shutdown; tests).
     pub fn flush(&self) {
         let (done, wait) = std::sync::mpsc::channel();
-        if self.writer.send(Job::Barrier(done)).is_ok() {
+        if self
+            .writer
+            .send(Job::Barrier(BarrierReply::Thread(done)))
+            .is_ok()
+        {
             let _ = wait.recv();
+        }
+    }
+
+    /// [`flush`](Self::flush) for a task: resolves once every write queued before the call is on
+    /// disk. An exec awaits it before answering that a process runs on in the background, so a
+    /// daemon killed right after that answer leaves the record the next daemon re-adopts it by.
+    pub async fn persisted(&self) {
+        let (done, wait) = tokio::sync::oneshot::channel();
+        if self
+            .writer
+            .send(Job::Barrier(BarrierReply::Task(done)))
+            .is_ok()
+        {
+            let _ = wait.await;
         }
     }
 
@@ -347,6 +400,21 @@ mod tests {
         let loaded = store.load_all();
         assert_eq!(loaded, vec![record("proc_a")]);
         assert_eq!(loaded[0].command.to_bytes(), b"echo \xff");
+    }
+
+    #[tokio::test]
+    async fn persisted_resolves_once_queued_records_are_on_disk() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let store = RecordStore::open(tmp.path()).expect("open");
+        for id in ["proc_c", "proc_d"] {
+            store.create_dir(id).expect("dir");
+            store.save(&record(id));
+        }
+        store.persisted().await;
+        // Read straight after: no batch delay is left for the writer to finish in.
+        let mut loaded = store.load_all();
+        loaded.sort_by(|a, b| a.process_id.cmp(&b.process_id));
+        assert_eq!(loaded, vec![record("proc_c"), record("proc_d")]);
     }
 
     #[test]

@@ -347,6 +347,12 @@ pub(super) async fn exec(
             input_wait::annotate([(&*proc, info)]).await;
         }
     }
+    if resp.status == pb::ExecStatus::Backgrounded as i32 {
+        // The caller is about to hold a process id it relies on across daemon restarts: the
+        // record the next daemon re-adopts the process by must be on disk first (it is queued
+        // write-behind; a `kill -9` in between left the process "lost, record missing").
+        d.store.persisted().await;
+    }
     // After the answer is ready, so starting the next idle holder does not delay it.
     #[cfg(unix)]
     d.holders.refill_later();
