@@ -44,10 +44,10 @@ pub fn actor_should_panic(command: &[u8]) -> bool {
     injected("actor_panic", command)
 }
 
-/// Pauses the start of `command` under `spawn_delay` fault injection. The start runs on a
-/// blocking thread, so the delay holds up this exec alone, as a slow spawn would.
-pub fn delay_spawn(command: &[u8]) {
+/// Pauses the start of `command` under `spawn_delay` fault injection. The start is a task of its
+/// own, so the delay holds up this exec alone, as a slow spawn would.
+pub async fn delay_spawn(command: &[u8]) {
     if injected("spawn_delay", command) {
-        std::thread::sleep(SPAWN_DELAY);
+        tokio::time::sleep(SPAWN_DELAY).await;
     }
 }

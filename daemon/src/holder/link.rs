@@ -7,6 +7,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
@@ -196,12 +197,17 @@ impl HolderPool {
         None
     }
 
-    /// An idle holder, or a new one when none is ready (a burst of `exec`s).
+    /// An idle holder, or a new one when none is ready (a burst of `exec`s; blocking).
     fn take(&self) -> io::Result<(UnixStream, Option<Identity>)> {
-        match self.idle().pop() {
+        match self.take_idle() {
             Some((sock, id)) => Ok((sock, Some(id))),
             None => self.spawn().map(|(sock, _)| (sock, None)),
         }
+    }
+
+    /// An idle holder, if one is ready.
+    fn take_idle(&self) -> Option<(UnixStream, Identity)> {
+        self.idle().pop()
     }
 
     /// Whether no idle holder is left (the next `exec` would start one itself).
@@ -259,14 +265,56 @@ impl HolderPool {
     }
 }
 
-/// Starts a holder for `spec` (an idle one from `pool` when ready) and waits until it has
-/// started the shell (blocking).
-pub fn start(pool: &HolderPool, spec: &HoldSpec) -> io::Result<Held> {
-    let (mut ours, known) = pool.take()?;
-    let sent = ours.write_all(&spec.encode());
-    // A holder that could not start the shell says why (and may have stopped reading first);
-    // one that died without a word leaves the write's error.
-    match greeted(ours, known) {
+/// Specs up to this size are written to an idle holder from the runtime: its socket is empty,
+/// and the kernel takes this much in one write without blocking.
+const INLINE_SPEC_BYTES: usize = 64 * 1024;
+
+/// Starts a holder for `spec` and waits until it has started the shell. The common case costs
+/// no thread hand-off: an idle holder gets the spec from the calling task, which then awaits
+/// the answer. Starting a new holder (a burst emptied the pool: a fork, or an exec) and writing
+/// a spec too large for one write are blocking work, done on the blocking pool.
+pub async fn start(pool: &Arc<HolderPool>, spec: &HoldSpec) -> io::Result<Held> {
+    let frame = spec.encode();
+    if frame.len() <= INLINE_SPEC_BYTES
+        && let Some((mut ours, known)) = pool.take_idle()
+    {
+        let sent = ours.write_all(&frame);
+        let answer = async {
+            ours.set_nonblocking(true)?;
+            let ready = tokio::net::UnixStream::from_std(ours)?;
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, ready.readable()).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the holder did not answer in time",
+                    ));
+                }
+            }
+            // The answer has arrived (one small frame, written at once): reading it does not
+            // block.
+            let sock = ready.into_std()?;
+            sock.set_nonblocking(false)?;
+            greeted(sock, Some(known))
+        };
+        return with_send_error(answer.await, sent);
+    }
+    let pool = pool.clone();
+    tokio::task::spawn_blocking(move || {
+        let (mut ours, known) = pool.take()?;
+        let sent = ours.write_all(&frame);
+        with_send_error(greeted(ours, known), sent)
+    })
+    .await
+    .map_err(io::Error::other)?
+}
+
+/// The holder's answer, or why there was none: a holder that could not start the shell says
+/// why (and may have stopped reading first); one that died without a word leaves the write's
+/// error.
+fn with_send_error(answer: io::Result<Held>, sent: io::Result<()>) -> io::Result<Held> {
+    match answer {
         Ok(held) => sent.map(|()| held),
         Err(e) => Err(match sent {
             Err(w) if e.kind() == io::ErrorKind::UnexpectedEof => w,
@@ -326,9 +374,21 @@ impl HolderControl {
     fn send(&self, kind: Kind) {
         let frame = Encoder::new(kind).finish();
         // Five bytes into a socket the holder drains: only a dead holder refuses them, and then
-        // there is nothing left to control.
-        if let Err(e) = self.0.try_write(&frame) {
-            tracing::debug!("holder control {kind:?} not sent: {e}");
+        // there is nothing left to control. Written straight to the socket, not with tokio's
+        // `try_write`: that one answers WouldBlock until the reactor has seen the socket's
+        // first writable event, and a frame sent right after the link started (an `exec` with
+        // `close_stdin`) was lost that way.
+        let sock: &tokio::net::UnixStream = self.0.as_ref().as_ref();
+        let mut rest = frame.as_slice();
+        while !rest.is_empty() {
+            match nix::unistd::write(sock, rest) {
+                Ok(n) => rest = &rest[n..],
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => {
+                    tracing::debug!("holder control {kind:?} not sent: {e}");
+                    return;
+                }
+            }
         }
     }
 
@@ -352,6 +412,9 @@ pub struct Link {
     pub exit: oneshot::Receiver<ExitHow>,
     /// Controls for the holder.
     pub control: HolderControl,
+    /// Set (before the exit is sent) when the holder said it had no child left once it reaped
+    /// the shell: nothing of the tree runs, so no leftovers need looking for.
+    pub left_alone: Arc<AtomicBool>,
 }
 
 impl Link {
@@ -369,18 +432,20 @@ impl Link {
         {
             let _ = tx.send(note.how);
         }
+        let left_alone = Arc::new(AtomicBool::new(false));
         tokio::spawn(pump(
             read,
             log,
             hello.eof,
             done_tx,
-            exit_tx,
+            (exit_tx, left_alone.clone()),
             control.clone(),
         ));
         Ok(Link {
             output_done,
             exit,
             control,
+            left_alone,
         })
     }
 }
@@ -391,7 +456,7 @@ async fn pump(
     log: Arc<OutputLog>,
     mut eof: u8,
     done_tx: oneshot::Sender<()>,
-    mut exit_tx: Option<oneshot::Sender<ExitHow>>,
+    (mut exit_tx, left_alone): (Option<oneshot::Sender<ExitHow>>, Arc<AtomicBool>),
     // Keeps the write half (and so the connection) open while frames come.
     _control: HolderControl,
 ) {
@@ -437,9 +502,10 @@ async fn pump(
                 }
             }
             Some(Kind::Exit) => {
-                if let Ok(Some(note)) = ExitNote::decode(payload)
+                if let Ok(Some((note, alone))) = ExitNote::decode(payload)
                     && let Some(tx) = exit_tx.take()
                 {
+                    left_alone.store(alone, Ordering::Release);
                     let _ = tx.send(note.how);
                 }
             }
@@ -462,5 +528,29 @@ async fn pump(
     drop(exit_tx);
     if let Some(tx) = done_tx.take() {
         let _ = tx.send(());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_control_frame_sent_right_after_the_link_starts_arrives() {
+        let (ours, mut theirs) = UnixStream::pair().expect("pair");
+        ours.set_nonblocking(true).expect("nonblocking");
+        let (_read, write) = tokio::net::UnixStream::from_std(ours)
+            .expect("register")
+            .into_split();
+        // No reactor turn in between: the socket's first writable event is not seen yet.
+        HolderControl(Arc::new(write)).close_stdin();
+        let mut frame = vec![0u8; Encoder::new(Kind::CloseStdin).finish().len()];
+        theirs
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        theirs.read_exact(&mut frame).expect("the frame arrived");
+        assert_eq!(frame, Encoder::new(Kind::CloseStdin).finish());
     }
 }

@@ -346,14 +346,22 @@ impl ExitNote {
         })
     }
 
-    /// The [`Kind::Exit`] frame.
-    pub fn encode(self) -> Vec<u8> {
-        self.put(Encoder::new(Kind::Exit)).finish()
+    /// The [`Kind::Exit`] frame. `alone`: once the holder reaped the shell it had no child
+    /// left, so nothing of the tree runs any more (every orphan of the tree is the holder's
+    /// child, it being the subreaper) and the daemon need not look for leftovers.
+    pub fn encode(self, alone: bool) -> Vec<u8> {
+        self.put(Encoder::new(Kind::Exit))
+            .u8(u8::from(alone))
+            .finish()
     }
 
-    /// Reads a [`Kind::Exit`] payload.
-    pub fn decode(payload: &[u8]) -> io::Result<Option<ExitNote>> {
-        Self::get(&mut Decoder::new(payload))
+    /// Reads a [`Kind::Exit`] payload: the note, and whether the holder was left alone (`false`
+    /// when it does not say: a holder of an earlier version).
+    pub fn decode(payload: &[u8]) -> io::Result<Option<(ExitNote, bool)>> {
+        let mut d = Decoder::new(payload);
+        let note = Self::get(&mut d)?;
+        let alone = d.rest().first() == Some(&1);
+        Ok(note.map(|n| (n, alone)))
     }
 
     /// The text of the exit file (`code 7 1700000000000` / `signal 9 …`).
@@ -647,7 +655,7 @@ mod tests {
             how: ExitHow::Code(7),
             ended_at_ms: 1,
         }
-        .encode();
+        .encode(true);
         assert!(
             split_frame(&frame[..frame.len() - 1])
                 .expect("ok")
@@ -655,6 +663,27 @@ mod tests {
         );
         assert!(split_frame(&[0xff, 0xff, 0xff, 0x7f, 6]).is_err());
         assert!(Hello::decode(&[1, 2, 3]).is_err());
+    }
+
+    #[test]
+    fn an_exit_frame_says_whether_the_holder_was_left_alone() {
+        let note = ExitNote {
+            how: ExitHow::Signal(9),
+            ended_at_ms: 5,
+        };
+        for alone in [true, false] {
+            let (_, body) = payload(&note.encode(alone));
+            assert_eq!(
+                ExitNote::decode(&body).expect("decode"),
+                Some((note, alone))
+            );
+        }
+        // A holder of an earlier version sends no such byte: nothing is assumed.
+        let (_, body) = payload(&note.encode(true));
+        assert_eq!(
+            ExitNote::decode(&body[..body.len() - 1]).expect("decode"),
+            Some((note, false))
+        );
     }
 
     #[test]

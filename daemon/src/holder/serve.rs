@@ -463,23 +463,24 @@ impl Holder {
         while matches!(nix::unistd::read(&self.signals, &mut bytes), Ok(n) if n > 0) {}
     }
 
-    /// Reaps every exited child: the shell's status is recorded (file first, then the daemon);
-    /// adopted orphans are only collected.
+    /// Reaps every exited child: the shell's status is recorded (the daemon first, then the
+    /// file); adopted orphans are only collected.
     fn reap(&mut self) {
         use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+        let mut shell_ended = None;
         loop {
             let (pid, how) = match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::Exited(pid, code)) => (pid, ExitHow::Code(code)),
                 Ok(WaitStatus::Signaled(pid, sig, _)) => (pid, ExitHow::Signal(sig as i32)),
                 Ok(WaitStatus::StillAlive) => {
                     self.children = true;
-                    return;
+                    break;
                 }
                 Ok(_) => continue,
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(_) => {
                     self.children = false;
-                    return;
+                    break;
                 }
             };
             if pid.as_raw() == self.shell.pid && self.exit.is_none() {
@@ -488,10 +489,14 @@ impl Holder {
                     ended_at_ms: crate::process::unix_ms(std::time::SystemTime::now()),
                 };
                 self.exit = Some(note);
-                // The daemon first (a short command's `exec` waits for it); the exit file, which
-                // only a later daemon reads, once this round's frames are sent.
-                self.queue(&note.encode());
+                shell_ended = Some(note);
             }
+        }
+        if let Some(note) = shell_ended {
+            // The daemon first (a short command's `exec` waits for it), saying whether any child
+            // is left (then it looks for leftovers); the exit file, which only a later daemon
+            // reads, once this round's frames are sent.
+            self.queue(&note.encode(!self.children));
         }
     }
 

@@ -153,7 +153,12 @@ pub fn launch(
         stdin_close.clone(),
         move || holder.close_stdin(),
     ));
-    let tree = SystemTree::held(ctx.reaper.clone(), held.holder, identity.pid);
+    let tree = SystemTree::held(
+        ctx.reaper.clone(),
+        held.holder,
+        identity.pid,
+        link.left_alone.clone(),
+    );
     let actor = Actor::new(
         proc.clone(),
         identity.pid,
@@ -597,6 +602,9 @@ impl<T: ProcessTree> Actor<T> {
     /// group is empty only escapees can remain, and those are looked for under the daemon's
     /// adopted children (`find_escapees`) rather than by reading every process's environ.
     async fn count_descendants(&mut self, full: bool) -> u32 {
+        if self.tree.known_ended() {
+            return 0;
+        }
         let group_alive = self.tree.signal_group(self.pgid, None);
         if !group_alive && !full && self.readers.is_none() && !self.outside_group {
             return 0;

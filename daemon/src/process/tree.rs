@@ -469,23 +469,32 @@ pub struct SystemTree {
         )
     )]
     held: Option<(Identity, i32)>,
+    /// Set by the holder's link when the holder said it had no child left after the shell.
+    left_alone: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl SystemTree {
     /// The real tree, with the daemon's reaper.
     pub fn new(reaper: std::sync::Arc<super::reaper::Reaper>) -> SystemTree {
-        SystemTree { reaper, held: None }
+        SystemTree {
+            reaper,
+            held: None,
+            left_alone: None,
+        }
     }
 
     /// The real tree of a process held by `holder`, whose shell is `shell`.
+    /// `left_alone` is the link's flag: set once the holder said it had no child left.
     pub fn held(
         reaper: std::sync::Arc<super::reaper::Reaper>,
         holder: Identity,
         shell: i32,
+        left_alone: std::sync::Arc<std::sync::atomic::AtomicBool>,
     ) -> SystemTree {
         SystemTree {
             reaper,
             held: Some((holder, shell)),
+            left_alone: Some(left_alone),
         }
     }
 }
@@ -521,6 +530,12 @@ impl ProcessTree for SystemTree {
 
     fn split_tree(&self, pgid: i32, process_id: &str) -> (Vec<Identity>, Vec<Identity>) {
         split_tree(pgid, process_id)
+    }
+
+    fn known_ended(&self) -> bool {
+        self.left_alone
+            .as_ref()
+            .is_some_and(|a| a.load(std::sync::atomic::Ordering::Acquire))
     }
 
     fn find_escapees(&self, process_id: &str) -> Vec<Identity> {

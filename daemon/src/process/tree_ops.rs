@@ -45,6 +45,13 @@ pub trait ProcessTree: Clone + Send + Sync + 'static {
     /// Marked processes left once the group is empty (they left it).
     fn find_escapees(&self, process_id: &str) -> Vec<Identity>;
 
+    /// Whether the whole tree is known to have ended without looking: its holder reaped the
+    /// shell and had no child left (every orphan of the tree would be its child). Spares the
+    /// signal and the `/proc` reads a quick command would otherwise cost.
+    fn known_ended(&self) -> bool {
+        false
+    }
+
     /// The group `pgid` (if any) and then each listed member get `signal`.
     fn signal_tree(&self, pgid: Option<i32>, members: &[Identity], signal: Signal) {
         if let Some(g) = pgid {

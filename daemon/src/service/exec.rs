@@ -249,8 +249,7 @@ pub(super) async fn exec(
         })
     };
 
-    // The directory, the record and `posix_spawn` are blocking work: they run on a blocking
-    // thread, and so does the registration after them, so a client that vanishes while this is
+    // The start is a task of its own, registration included: a client that vanishes while it is
     // awaited leaves a registered process, never a half-started one.
     let start_req = StartRequest {
         wanted_id: requested_id(&req).map(str::to_string),
@@ -265,7 +264,7 @@ pub(super) async fn exec(
     };
     let (svc_for_start, session_for_start) = (svc.clone(), session.clone());
     let started =
-        tokio::task::spawn_blocking(move || start(&svc_for_start, &session_for_start, start_req))
+        tokio::spawn(async move { start(&svc_for_start, &session_for_start, start_req).await })
             .await;
     let proc = match started {
         Ok(Ok(p)) => p,
@@ -276,7 +275,7 @@ pub(super) async fn exec(
     };
 
     // The `.await`s above come before anything starts (the policy's parse) or cannot be cut
-    // short (the blocking start): if the client vanishes from here on, the process is
+    // short (the start's own task): if the client vanishes from here on, the process is
     // registered and runs on in the background.
     let mut state_rx = proc.subscribe();
     // Settles once the initial stdin has been written: only then may the command be said to wait
@@ -437,8 +436,10 @@ fn terminal_of(req: &pb::ExecRequest) -> Result<Option<TermSize>, Refusal> {
         .map_err(invalid)
 }
 
-/// Starts and registers a process (blocking: runs on a blocking thread).
-fn start(
+/// Starts and registers a process. Its blocking steps are short (a lock, a `mkdir`, a queued
+/// record, one socket write to an idle holder); what may take long runs on the blocking pool
+/// (`holder::link::start`).
+async fn start(
     svc: &ControlService,
     session: &Session,
     mut req: StartRequest,
@@ -527,8 +528,8 @@ fn start(
     // Queued before the spawn, so the record exists (with the command) for the next daemon even
     // if this one crashes right after; the directory alone already would.
     d.store.save(&facts.starting_record());
-    crate::faults::delay_spawn(&req.command); // tests only (RELIABILITY F3)
-    let (proc, handle) = spawn_and_launch(d, session, facts, slot, &dir, req)?;
+    crate::faults::delay_spawn(&req.command).await; // tests only (RELIABILITY F3)
+    let (proc, handle) = spawn_and_launch(d, session, facts, slot, &dir, req).await?;
     d.registry.insert(proc.clone());
     d.track_actor(proc.clone(), handle);
     tracing::info!(process_id = %proc.facts.id, pid = proc.state().identity.map(|i| i.pid), session = %session.id, "started");
@@ -540,7 +541,7 @@ type Launched = (Arc<ManagedProcess>, tokio::task::JoinHandle<()>);
 
 /// Unix: starts the command under a holder (DESIGN §10) and the actor on the holder's link.
 #[cfg(unix)]
-fn spawn_and_launch(
+async fn spawn_and_launch(
     d: &crate::Daemon,
     session: &Session,
     facts: Arc<ProcessFacts>,
@@ -571,7 +572,7 @@ fn spawn_and_launch(
         spool_cap,
         terminal: req.terminal,
     };
-    let held = link::start(&d.holders, &spec);
+    let held = link::start(&d.holders, &spec).await;
     // The pool is refilled once the exec has answered; only a burst that emptied it refills now.
     if d.holders.is_empty() {
         d.holders.refill_later();
@@ -611,9 +612,10 @@ fn spawn_and_launch(
 }
 
 /// Windows: starts the command in a Job Object of its own (`process::job`) and the actor on its
-/// pipes. No holder: the process ends with the daemon.
+/// pipes. No holder: the process ends with the daemon. Creating the process is blocking work
+/// and runs off the runtime's workers.
 #[cfg(windows)]
-fn spawn_and_launch(
+async fn spawn_and_launch(
     d: &crate::Daemon,
     session: &Session,
     facts: Arc<ProcessFacts>,
@@ -638,7 +640,11 @@ fn spawn_and_launch(
         env: req.env,
         process_id: facts.id.clone(),
     };
-    let started = match crate::process::job::spawn(&spec) {
+    let started = match tokio::task::spawn_blocking(move || crate::process::job::spawn(&spec))
+        .await
+        .map_err(std::io::Error::other)
+        .and_then(|r| r)
+    {
         Ok(s) => s,
         Err(e) => {
             d.store.remove(&facts.id);
