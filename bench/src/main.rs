@@ -13,6 +13,7 @@ mod report;
 mod servers;
 mod stats;
 mod terminal;
+mod versus;
 
 use std::path::PathBuf;
 
@@ -46,6 +47,12 @@ pub struct Opts {
     /// through a PTY, and prompt-to-waiting_for_input latency; prints JSON.
     #[arg(long)]
     pub terminal: bool,
+    /// Only the paired comparison: this build's daemon against the one in this directory
+    /// (another build's `target/release`), both running at once, `exec` latency measured in
+    /// interleaved rounds (median of per-round differences), then many-clients throughput and
+    /// start rate in alternating blocks; prints JSON.
+    #[arg(long, value_name = "DIR")]
+    pub versus: Option<PathBuf>,
     /// Agent-cost mode: how long the scripted test run takes, in seconds.
     #[arg(long, default_value_t = 20)]
     pub test_run_seconds: u32,
@@ -64,6 +71,9 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     if opts.agent_cost {
         return runtime.block_on(agent_cost::run(&opts));
+    }
+    if let Some(base) = &opts.versus {
+        return runtime.block_on(versus::run(&opts, base));
     }
     if opts.terminal {
         return runtime.block_on(terminal::run(&opts));

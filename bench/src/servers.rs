@@ -54,7 +54,8 @@ impl Drop for Bench {
     }
 }
 
-fn own_bin_dir() -> anyhow::Result<PathBuf> {
+/// The directory of this benchmark's own build (its daemon and shim lie beside it).
+pub fn own_bin_dir() -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let dir = exe.parent().context("binary directory")?.to_path_buf();
     for b in ["yieldshelld", "mcp-yieldshell"] {
@@ -120,16 +121,25 @@ impl Bench {
             start_timeout: Duration::from_secs(10),
             deadlines: Default::default(),
         };
-        let config = yieldshell_proto::session_config::SessionConfig::from_vars(
-            std::env::vars_os().collect(),
-            &self.work,
-        )?;
+        // The same session limit the MCP servers get (see `command`): start-rate runs hold
+        // hundreds of processes.
+        let mut vars: Vec<_> = std::env::vars_os().collect();
+        vars.push(("YIELDSHELL_MAX_PROCESSES".into(), "5000".into()));
+        let config = yieldshell_proto::session_config::SessionConfig::from_vars(vars, &self.work)?;
         Ok(yieldshell_proto::client::Session::new(opts, &config))
     }
 
     /// Starts our daemon in a temp dir; installs the original unless `skip_original`.
     pub async fn setup(venv: &Path, skip_original: bool) -> anyhow::Result<Bench> {
-        let bin_dir = own_bin_dir()?;
+        Bench::setup_in(own_bin_dir()?, venv, skip_original).await
+    }
+
+    /// [`Bench::setup`] with the daemon (and shim) of the build in `bin_dir`.
+    pub async fn setup_in(
+        bin_dir: PathBuf,
+        venv: &Path,
+        skip_original: bool,
+    ) -> anyhow::Result<Bench> {
         let original = if skip_original {
             None
         } else {

@@ -46,7 +46,7 @@ impl Counts {
 }
 
 /// One `exec`, timed from the call to its answer.
-async fn exec(
+pub async fn exec(
     s: &Session,
     command: &str,
     tty: bool,
