@@ -98,6 +98,10 @@ pub struct ProcessRecord {
     pub ended_by: Option<EndedBy>,
     /// Why it was lost.
     pub lost_reason: Option<LostReason>,
+    /// It ran on a terminal (`exec(tty=true)`): its output is read as a terminal shows it. Absent
+    /// (false) in records of pipe processes and of earlier versions.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tty: bool,
 }
 
 /// A queued job for the writer thread.
@@ -387,6 +391,7 @@ mod tests {
             duration_ms: None,
             ended_by: None,
             lost_reason: None,
+            tty: false,
         }
     }
 

@@ -156,6 +156,7 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
             duration_ms: None,
             ended_by: None,
             lost_reason: Some(LostReason::RecordMissing),
+            tty: false,
         };
         tracing::warn!(process_id = %id, "process directory without a record; stopping whatever carries its marker");
         if let Err(e) = daemon.store.save_now(&record) {

@@ -512,3 +512,39 @@ async fn the_mcp_tools_run_a_repl_on_a_terminal() {
     assert_eq!(done["exit_code"], 0, "{done}");
     mcp.close().await;
 }
+
+#[tokio::test]
+async fn an_ended_terminal_process_still_reads_as_one_after_a_daemon_restart() {
+    let mut d = TestDaemon::start().await;
+    let c = d.session();
+    let id = spawn_tty(&c, r"printf '\033[1mbold\033[0m done\n'", 80, 24).await;
+    assert_eq!(
+        c.wait_exit(&id).await.process.expect("process").exit_code,
+        Some(0)
+    );
+    // A graceful stop keeps the records of ended processes; the next daemon restores this one
+    // without its terminal.
+    assert!(d.terminate().expect("daemon exit status").success());
+    d.spawn().await;
+    let c = d.session();
+    let listed = c.list(pb::Scope::All, true).await;
+    let p = listed
+        .iter()
+        .find(|p| p.process_id == id)
+        .expect("restored");
+    assert!(p.tty, "still says it ran on a terminal: {p:?}");
+    assert_eq!(text(&c, &id, false).await, "bold done\n");
+    assert!(text(&c, &id, true).await.contains("\u{1b}[1m"));
+    let refused = c
+        .read(pb::ReadRequest {
+            process_id: id.clone(),
+            screen: true,
+            ..Default::default()
+        })
+        .await
+        .expect_err("no screen is kept");
+    assert!(
+        refused.message().contains("ran on a terminal"),
+        "{refused:?}"
+    );
+}

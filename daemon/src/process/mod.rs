@@ -213,6 +213,9 @@ pub struct ProcessFacts {
     pub cwd: PathBuf,
     /// Wall-clock start.
     pub started_at: SystemTime,
+    /// It runs on a terminal: kept in the record, so an ended terminal process restored by a
+    /// later daemon (its terminal gone) still says so and reads as a terminal shows it.
+    pub tty: bool,
 }
 
 impl ProcessFacts {
@@ -228,6 +231,7 @@ impl ProcessFacts {
             )),
             started_at: SystemTime::UNIX_EPOCH
                 + Duration::from_millis(u64::try_from(record.started_at_ms).unwrap_or(0)),
+            tty: record.tty,
         }
     }
 
@@ -266,6 +270,7 @@ impl ProcessFacts {
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             ended_by: state.ended_by,
             lost_reason: state.lost_reason,
+            tty: self.tty,
         }
     }
 }
@@ -302,6 +307,12 @@ impl ManagedProcess {
             // An ended process's terminal is gone with it.
             terminal: None,
         }
+    }
+
+    /// Whether it runs (or ran) on a terminal. Its output is then read as a terminal shows it,
+    /// also once it ended and a later daemon restored it without the terminal.
+    pub fn on_terminal(&self) -> bool {
+        self.terminal.is_some() || self.facts.tty
     }
 
     /// Gives back the process's place in the running counts once it has left `running`.
@@ -433,16 +444,17 @@ impl ManagedProcess {
     /// Output text as answers give it (a matched line): without escape sequences for a
     /// terminal process.
     pub fn answer_text(&self, text: Vec<u8>) -> Vec<u8> {
-        match self.terminal {
-            Some(_) => terminal::plain_text(&text),
-            None => text,
+        if self.on_terminal() {
+            terminal::plain_text(&text)
+        } else {
+            text
         }
     }
 
     /// `out` as answers give it: for a terminal process, the text without escape sequences
     /// (`terminal::plain_text`) unless `raw`; sequence numbers stay those of the raw log.
     pub fn answer_output(&self, mut out: pb::Output, raw: bool) -> pb::Output {
-        if self.terminal.is_some() && !raw {
+        if self.on_terminal() && !raw {
             out.stdout = terminal::plain_text(&out.stdout);
         }
         out
@@ -485,7 +497,7 @@ impl ManagedProcess {
             spool_dropped_bytes: spool_dropped,
             // Needs a `/proc` check off the runtime: the RPC handlers add it (`input_wait`).
             waiting_for_input: None,
-            tty: self.terminal.is_some(),
+            tty: self.on_terminal(),
             // While something runs on it (one ioctl on the master): the terminal edits lines
             // but does not echo them, as a password prompt sets it (`getpass`, `ssh`, `sudo`).
             // A program in raw mode (a REPL's line editor, a full-screen program) turns echo

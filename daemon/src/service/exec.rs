@@ -524,6 +524,7 @@ async fn start(
         command: shown_command,
         cwd: std::mem::take(&mut req.cwd),
         started_at: SystemTime::now(),
+        tty: req.terminal.is_some(),
     });
     // Queued before the spawn, so the record exists (with the command) for the next daemon even
     // if this one crashes right after; the directory alone already would.

@@ -56,10 +56,13 @@ pub(super) async fn read(
     // State first, output second: if the process ends in between, the output is at least as new
     // as the status says.
     if req.screen && proc.terminal.is_none() {
-        return Err(ErrorKind::InvalidArgument.status(format!(
-            "{} runs on pipes, not a terminal: screen=true needs a process started with tty=true",
-            proc.facts.id
-        )));
+        let why = if proc.facts.tty {
+            "ran on a terminal, but its screen is not kept once it ended and the daemon \
+             restarted: read its text (without screen), or raw=true for the bytes"
+        } else {
+            "runs on pipes, not a terminal: screen=true needs a process started with tty=true"
+        };
+        return Err(ErrorKind::InvalidArgument.status(format!("{} {why}", proc.facts.id)));
     }
     let mut process = proc.info();
     input_wait::annotate([(&*proc, &mut process)]).await;
@@ -198,7 +201,7 @@ pub(super) fn follow(
     let mut cursor = LogCursor::new(proc.clone(), req.since_seq.unwrap_or(1), streams);
     // A terminal's output without its escape sequences, unless asked for raw.
     let mut filter =
-        (proc.terminal.is_some() && !req.raw).then(crate::process::terminal::EscapeFilter::default);
+        (proc.on_terminal() && !req.raw).then(crate::process::terminal::EscapeFilter::default);
     tokio::spawn(async move {
         loop {
             if let Some(RunsPage { runs, gap, .. }) = cursor.page().await {
@@ -476,7 +479,7 @@ pub(super) async fn wait(
         .filter(|u| !u.is_empty())
         .map(|pattern| {
             until_matcher(pattern)
-                .map(|m| m.on_terminal(proc.terminal.is_some()))
+                .map(|m| m.on_terminal(proc.on_terminal()))
                 .map_err(|m| ErrorKind::InvalidArgument.status(m))
         })
         .transpose()?;
@@ -571,7 +574,7 @@ pub(super) async fn write_until(
     // Refused before anything is written.
     let mut matcher = until_matcher(pattern)
         .map_err(|m| ErrorKind::InvalidArgument.status(m))?
-        .on_terminal(proc.terminal.is_some());
+        .on_terminal(proc.on_terminal());
     at_most("timeout_ms", req.timeout_ms, MAX_DURATION_MS)
         .map_err(|m| ErrorKind::InvalidArgument.status(m))?;
     let max_out = clamp_output_bytes(req.max_output_bytes, max_output_bytes);

@@ -53,6 +53,7 @@ fn start(timeout: Option<Duration>) -> Harness {
         command: b"fake".to_vec(),
         cwd: dir.path().to_path_buf(),
         started_at: std::time::SystemTime::now(),
+        tty: false,
     };
     let output = Arc::new(OutputLog::new(1 << 16, None, 0));
     let slot = Arc::new(RunningCounts::default()).take("sess_test");
