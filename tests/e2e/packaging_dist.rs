@@ -4,6 +4,14 @@
 //! `mcp-yieldshell` is driven by a real MCP client (`tools/list`, an `exec`) and must start the
 //! daemon its package put beside it. And no binary needs a glibc newer than 2.28.
 //!
+//! The macOS and Windows artifacts are checked for what this Linux machine can see: names, tags,
+//! checksums, contents, headers (Mach-O, PE32+ and its DLL imports). The Windows zip goes
+//! further: its `mcp-yieldshell.exe` serves a real MCP client under Wine (the Wine driving of
+//! `windows_wine`) and starts the zip's daemon; the wheel and the npm package hold the same
+//! bytes, pip is asked to install the wheel as for `win_amd64`, and the npm launcher's choice is
+//! run with node told it is on `win32 x64`. Not run anywhere: Windows itself, `pip`/`pipx`/`uvx`
+//! and `npm`/`npx` installs on Windows, the launcher spawning an `.exe` under Windows' node.
+//!
 //! They need the artifacts, which take minutes to build, so they are `#[ignore]`d in the normal
 //! suite: `.ci/run` runs `release.sh` (the quick `dist-check` profile) and then these, with
 //! `cargo test -p yieldshell-tests --test e2e -- --ignored packaging_dist::`.
