@@ -7,8 +7,12 @@
 #                                                     man pages, licenses, README, CHANGELOG
 #   yieldshell-<version>-py3-none-manylinux_2_28_<arch>.whl   `pip install` / `uvx` / `pipx`
 #   yieldshell-<version>-py3-none-macosx_11_0_arm64.whl, ...-macosx_10_12_x86_64.whl
+#   yieldshell-<version>-x86_64-pc-windows-gnu.zip (+ .sha256)   the Windows .exe files, licenses,
+#                                                     README, CHANGELOG
+#   yieldshell-<version>-py3-none-win_amd64.whl       the same, for pip on Windows
 #   yieldshell-<version>.tgz, yieldshell-<os>-<cpu>-<version>.tgz   npm launcher + one package
-#                                                     per platform (linux-*, darwin-arm64/-x64)
+#                                                     per platform (linux-*, darwin-arm64/-x64,
+#                                                     win32-x64)
 #   SHA256SUMS                                        every file above
 #
 # The Linux binaries are linked by zig against glibc 2.28 (manylinux_2_28), so they run on any
@@ -17,13 +21,17 @@
 # (against the macOS SDK stubs zig ships: libSystem only, no framework is needed), for macOS 11
 # (arm64) and 10.12 (x86_64), Rust's minimums; the script refuses a binary that is not a Mach-O
 # of its architecture. Nothing can run them here: their man pages and completions are the Linux
-# build's (the same text). The tools (maturin, ziglang) come from PyPI into a venv under the
-# target directory, pinned, so two runs use the same ones.
+# build's (the same text). The Windows binaries (x86_64-pc-windows-gnu) are built by cargo and
+# linked by mingw (`x86_64-w64-mingw32-gcc`, Debian's gcc-mingw-w64-x86-64, which must be
+# installed); the script refuses one that is not a PE executable for x86-64 or that imports a
+# DLL Windows does not have (mingw's runtime DLLs). The tools (maturin, ziglang) come from PyPI
+# into a venv under the target directory, pinned, so two runs use the same ones.
 #
 # Environment:
 #   YIELDSHELL_DIST_PROFILE  cargo profile: `dist-publish` (default; fat LTO, what is published) or
 #                            `dist-check` (no LTO: what CI builds to check the pipeline)
 #   YIELDSHELL_DIST_MACOS    `0` skips the macOS artifacts (a quicker local run); default `1`
+#   YIELDSHELL_DIST_WINDOWS  `0` skips the Windows artifacts; default `1`
 #   SOURCE_DATE_EPOCH        timestamp of the tarball's files (default: the last commit's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +44,10 @@ macos_targets=()
 if [[ ${YIELDSHELL_DIST_MACOS:-1} != 0 ]]; then
     macos_targets=(aarch64-apple-darwin:darwin-arm64:arm64:11.0
         x86_64-apple-darwin:darwin-x64:x86_64:10.12)
+fi
+windows_triple=
+if [[ ${YIELDSHELL_DIST_WINDOWS:-1} != 0 ]]; then
+    windows_triple=x86_64-pc-windows-gnu
 fi
 case "$(uname -s)-$(uname -m)" in
     Linux-x86_64) triple=x86_64-unknown-linux-gnu npm_platform=linux-x64 ;;
@@ -70,13 +82,17 @@ if ! "$tools/bin/python" -m pip show --quiet "${tool_pins[@]%%==*}" >/dev/null 2
 fi
 # maturin finds zig as `python3 -m ziglang` through the venv's python.
 export PATH=$tools/bin:$PATH
-# The standard libraries of the macOS targets (a no-op when present).
-for entry in "${macos_targets[@]}"; do
-    mac_triple=${entry%%:*}
-    if ! rustup target list --installed 2>/dev/null | grep -qx "$mac_triple"; then
-        rustup target add "$mac_triple"
+# The standard libraries of the macOS and Windows targets (a no-op when present).
+for cross_triple in "${macos_targets[@]%%:*}" ${windows_triple:+"$windows_triple"}; do
+    if ! rustup target list --installed 2>/dev/null | grep -qx "$cross_triple"; then
+        rustup target add "$cross_triple"
     fi
 done
+if [[ -n $windows_triple ]] && ! command -v x86_64-w64-mingw32-gcc >/dev/null 2>&1; then
+    echo "the Windows build needs the mingw linker x86_64-w64-mingw32-gcc (Debian:" \
+        "gcc-mingw-w64-x86-64); install it or set YIELDSHELL_DIST_WINDOWS=0" >&2
+    exit 1
+fi
 
 rm -rf "$dist" "$work"
 mkdir -p "$dist" "$work"
@@ -257,6 +273,118 @@ p['os'] = ['${mac_npm%-*}']; p['cpu'] = ['${mac_npm#*-}']"
     npm_dirs+=("$mac_plat")
 done
 
+# -- Windows ----------------------------------------------------------------------------------
+# A zip (what Windows users unpack), a win_amd64 wheel and the npm package win32-x64, all three
+# holding the same .exe files, which cargo builds with the mingw linker (psm's stack switching is
+# assembly on this target: no zig). The build is exactly `.ci/run`'s Windows build (same command,
+# same environment: without SOURCE_DATE_EPOCH, which psm's build script tracks), so in CI, same
+# profile, it finds everything built and these are the binaries the Wine tests ran.
+# The wheel is not built by maturin: maturin would compile the shim on its own, with the shim's
+# features only (cargo unifies features across the packages of one build), so every shared
+# dependency twice, and ship a shim other than the one tested. It is assembled here instead
+# (the layout maturin gives the other wheels: the three .exe as scripts, which pip puts side by
+# side into `Scripts\`), with the METADATA maturin wrote for the Linux wheel (the same
+# pyproject.toml and README).
+# There are no holders on Windows (processes end with the daemon): yieldshell-holder.exe, a stub
+# that says so, is not shipped. Nothing Windows runs here: the Wine tests in tests/e2e run them.
+# A binary passes if it is a PE32+ console executable for x86-64 that imports no DLL outside
+# Windows (the `lib*.dll` of mingw's C and thread runtimes, which a Windows machine lacks, are
+# the usual mistake).
+pe_check() { # binary
+    local described
+    described=$(objdump -p "$1")
+    grep -q 'file format pei-x86-64' <<<"$described" &&
+        grep -Eq '^Magic[[:space:]]+020b' <<<"$described" &&
+        grep -Eq '^Subsystem[[:space:]]+00000003' <<<"$described" || {
+        echo "$1: not a PE32+ console executable for x86-64" >&2
+        return 1
+    }
+    if grep -Ei 'DLL Name: lib' <<<"$described" >&2; then
+        echo "$1: imports a DLL that is not part of Windows (above)" >&2
+        return 1
+    fi
+}
+# Zips what is under a directory, paths relative to it: same inputs, same bytes (sorted entries,
+# every time SOURCE_DATE_EPOCH, .exe files 0755).
+write_zip() { # directory, zip file
+    python3 - "$1" "$2" <<'PY'
+import os, sys, time, zipfile
+root, out = sys.argv[1:]
+stamp = time.gmtime(max(int(os.environ["SOURCE_DATE_EPOCH"]), 315532800))[:6]  # zip: >= 1980
+paths = sorted(
+    os.path.relpath(os.path.join(d, f), root).replace(os.sep, "/")
+    for d, _, files in os.walk(root) for f in files)
+with zipfile.ZipFile(out, "w") as z:
+    for rel in paths:
+        info = zipfile.ZipInfo(rel, stamp)
+        info.compress_type = zipfile.ZIP_DEFLATED
+        info.external_attr = (0o100755 if rel.endswith(".exe") else 0o100644) << 16
+        with open(os.path.join(root, rel), "rb") as f:
+            z.writestr(info, f.read(), compresslevel=9)
+PY
+}
+if [[ -n $windows_triple ]]; then
+    echo "== building for $windows_triple (mingw)"
+    env -u SOURCE_DATE_EPOCH cargo build --locked --profile "$profile" --target "$windows_triple" \
+        --workspace --exclude yieldshell-tests --exclude yieldshell-bench --bins
+    win_bins=$target_dir/$windows_triple/$profile
+    win_exes=(mcp-yieldshell.exe yieldshelld.exe yieldctl.exe)
+    for b in "${win_exes[@]}"; do
+        pe_check "$win_bins/$b"
+        echo "   $b: PE32+ x86-64 console executable, Windows DLLs only"
+    done
+
+    win_name=yieldshell-$version-$windows_triple
+    win_stage=$work/zip/$win_name
+    mkdir -p "$win_stage/bin" "$win_stage/share/yieldshell"
+    for b in "${win_exes[@]}"; do
+        install -m 0755 "$win_bins/$b" "$win_stage/bin/"
+    done
+    cp README.md CHANGELOG.md LICENSE-MIT LICENSE-APACHE "$win_stage/"
+    cp packaging/README.md "$win_stage/share/yieldshell/INSTALL.md"
+    write_zip "$work/zip" "$dist/$win_name.zip"
+    (cd "$dist" && sha256sum "$win_name.zip" >"$win_name.zip.sha256")
+
+    echo "== assembling the win_amd64 wheel"
+    win_wheel=$work/wheel-$windows_triple
+    mkdir -p "$win_wheel/yieldshell-$version.data/scripts" "$win_wheel/yieldshell-$version.dist-info"
+    cp "$win_stage/bin/"*.exe "$win_wheel/yieldshell-$version.data/scripts/"
+    linux_wheel=("$dist/yieldshell-$version-py3-none-manylinux_"*.whl)
+    python3 - "$win_wheel" "$version" "${linux_wheel[0]}" <<'PY'
+import base64, hashlib, os, sys, zipfile
+root, version, linux_wheel = sys.argv[1:]
+info = f"yieldshell-{version}.dist-info"
+with zipfile.ZipFile(linux_wheel) as z:
+    metadata = z.read(f"{info}/METADATA")
+with open(os.path.join(root, info, "METADATA"), "wb") as f:
+    f.write(metadata)
+with open(os.path.join(root, info, "WHEEL"), "w") as f:
+    f.write("Wheel-Version: 1.0\nGenerator: yieldshell release.sh\n"
+            "Root-Is-Purelib: false\nTag: py3-none-win_amd64\n")
+record = []
+for d, _, files in os.walk(root):
+    for name in files:
+        path = os.path.join(d, name)
+        data = open(path, "rb").read()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{os.path.relpath(path, root)},sha256={digest},{len(data)}")
+record.append(f"{info}/RECORD,,")
+with open(os.path.join(root, info, "RECORD"), "w") as f:
+    f.write("\n".join(sorted(record)) + "\n")
+PY
+    write_zip "$win_wheel" "$dist/yieldshell-$version-py3-none-win_amd64.whl"
+
+    win_plat=$work/npm/win32-x64
+    mkdir -p "$win_plat/bin"
+    cp packaging/npm/platform/package.json "$win_plat/"
+    set_json "$win_plat/package.json" "p['name'] = '@yieldshell/win32-x64'; p['version'] = '$version'
+p['os'] = ['win32']; p['cpu'] = ['x64']
+p['description'] = 'The YieldShell binaries (mcp-yieldshell.exe, yieldshelld.exe, yieldctl.exe) for Windows x64; installed by the yieldshell package'"
+    cp "$win_stage/bin/"*.exe "$win_plat/bin/"
+    cp LICENSE-MIT LICENSE-APACHE "$win_plat/"
+    npm_dirs+=("$win_plat")
+fi
+
 launcher=$work/npm/yieldshell
 cp -r packaging/npm/yieldshell "$launcher"
 cp README.md LICENSE-MIT LICENSE-APACHE "$launcher/"
@@ -264,6 +392,7 @@ set_json "$launcher/package.json" "p['version'] = '$version'
 p['optionalDependencies'] = {k: '$version' for k in p['optionalDependencies']}"
 (cd "$dist" && npm pack --silent "${npm_dirs[@]}" "$launcher" >/dev/null)
 
-(cd "$dist" && sha256sum -- *.tar.gz *.whl *.tgz >SHA256SUMS)
+# (nullglob: no .zip when YIELDSHELL_DIST_WINDOWS=0)
+(cd "$dist" && shopt -s nullglob && sha256sum -- *.tar.gz *.zip *.whl *.tgz >SHA256SUMS)
 echo "== $dist"
 (cd "$dist" && ls -l)

@@ -3,7 +3,10 @@
 //! it, and `mcp-yieldshell.exe` serves a real MCP client over stdio.
 //!
 //! Ignored in the normal suite (they need Wine, the mingw linker and the Windows build); `.ci/run`
-//! builds the Windows binaries and runs them with `--ignored windows_wine::`.
+//! builds the Windows binaries (its `dist-check` profile, named by `YIELDSHELL_WINDOWS_PROFILE`:
+//! the binaries `packaging/release.sh` then packs) and runs them with `--ignored windows_wine::`.
+//! The Wine driving here ([`wine`], [`Finish`], [`windows_path`], [`processes_with`]) is also
+//! what `packaging_dist` uses to run the unpacked Windows release.
 //!
 //! The harness keeps one Wine prefix in the target directory (`wine-prefix`, created on first
 //! use: about half a minute) and installs in it a `bcryptprimitives.dll` it compiles with mingw:
@@ -43,18 +46,21 @@ __declspec(dllexport) BOOL WINAPI ProcessPrng(PBYTE data, SIZE_T len) {
 "#;
 
 /// The prepared Wine prefix.
-struct Wine {
+pub struct Wine {
     wine: PathBuf,
     prefix: PathBuf,
 }
 
 /// Creates the prefix (once per test run) and installs the `ProcessPrng` shim in it.
-fn wine() -> &'static Wine {
+pub fn wine() -> &'static Wine {
     static WINE: OnceLock<Wine> = OnceLock::new();
     WINE.get_or_init(|| {
         let wine = require_tool("wine", "wine");
         let gcc = require_tool("x86_64-w64-mingw32-gcc", "gcc-mingw-w64-x86-64");
-        let target = windows_bin("yieldshelld")
+        // This test binary is `<target>/debug/deps/e2e-…`: the prefix is the target dir's,
+        // whichever Windows build (profile, or a release's unpacked files) runs in it.
+        let target = std::env::current_exe()
+            .expect("current exe")
             .ancestors()
             .nth(3)
             .expect("target dir")
@@ -96,7 +102,7 @@ fn wine() -> &'static Wine {
 
 impl Wine {
     /// `wine PROGRAM` in the test prefix, quiet, never asking to install Mono or Gecko.
-    fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new(&self.wine);
         c.arg(program)
             .env("WINEPREFIX", &self.prefix)
@@ -111,7 +117,7 @@ impl Wine {
 }
 
 /// Running a command under Wine to its end.
-trait Finish {
+pub trait Finish {
     /// Runs the command to its end (within [`TIMEOUT`](crate::helper::TIMEOUT)) with its output
     /// in files, not pipes. Wine differs from Windows here: a Windows process starts as a Linux
     /// process that inherits every descriptor of its starter, whatever the Windows handles say,
@@ -153,12 +159,12 @@ impl Finish for Command {
 }
 
 /// A Linux path as Windows programs under Wine see it (Wine maps `Z:` to `/`).
-fn windows_path(p: &Path) -> String {
+pub fn windows_path(p: &Path) -> String {
     format!("Z:{}", p.display()).replace('/', "\\")
 }
 
 /// A number no other test of this run uses, for pipe names and markers.
-fn unique() -> u32 {
+pub fn unique() -> u32 {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     10_000 + (std::process::id() % 8_000) * 10 + n
@@ -243,7 +249,7 @@ impl Drop for WinDaemon {
 
 /// Linux processes (Wine runs each Windows process as one) whose command line contains any of
 /// `needles`.
-fn processes_with(needles: &[String]) -> Vec<String> {
+pub fn processes_with(needles: &[String]) -> Vec<String> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
         let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {

@@ -1,8 +1,9 @@
 // The launcher of the `yieldshell` npm package (the esbuild/biome pattern): npm installs only the
 // optional dependency whose `os` and `cpu` match this machine, `@yieldshell/<os>-<cpu>`, which
-// holds the three native binaries side by side in its `bin/`. Each of this package's commands
-// runs the matching binary there with the same arguments and stdio, so `npx -y yieldshell`
-// speaks MCP on stdin/stdout, and the shim finds `yieldshelld` beside its own executable.
+// holds the three native binaries side by side in its `bin/` (`.exe` files on Windows). Each of
+// this package's commands runs the matching binary there with the same arguments and stdio, so
+// `npx -y yieldshell` speaks MCP on stdin/stdout, and the shim finds `yieldshelld` beside its own
+// executable.
 "use strict";
 
 const { spawn } = require("node:child_process");
@@ -13,6 +14,7 @@ const PLATFORMS = {
   "linux arm64": "@yieldshell/linux-arm64",
   "darwin x64": "@yieldshell/darwin-x64",
   "darwin arm64": "@yieldshell/darwin-arm64",
+  "win32 x64": "@yieldshell/win32-x64",
 };
 
 function binaryPath(name) {
@@ -33,7 +35,8 @@ function binaryPath(name) {
         "It is an optional dependency: reinstall without --no-optional / --omit=optional.",
     );
   }
-  return path.join(path.dirname(manifest), "bin", name);
+  const file = process.platform === "win32" ? `${name}.exe` : name;
+  return path.join(path.dirname(manifest), "bin", file);
 }
 
 function run(name) {

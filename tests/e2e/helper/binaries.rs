@@ -94,7 +94,9 @@ pub fn bin(name: &str) -> PathBuf {
 
 /// Path of a Windows binary of this workspace (`<name>.exe`, built by `cargo build --target
 /// x86_64-pc-windows-gnu`; `.ci/run` builds them before the Wine tests). Like [`bin`], one older
-/// than its sources is refused.
+/// than its sources is refused. `YIELDSHELL_WINDOWS_PROFILE` names the cargo profile (default
+/// `debug`): `.ci/run` builds and tests the `dist-check` binaries, which `packaging/release.sh`
+/// then packs, so CI compiles the Windows build once.
 pub fn windows_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     let target = exe
@@ -102,11 +104,16 @@ pub fn windows_bin(name: &str) -> PathBuf {
         .and_then(Path::parent)
         .and_then(Path::parent)
         .expect("target dir");
+    let profile =
+        std::env::var("YIELDSHELL_WINDOWS_PROFILE").unwrap_or_else(|_| "debug".to_string());
     let path = target
         .join("x86_64-pc-windows-gnu")
-        .join("debug")
+        .join(&profile)
         .join(format!("{name}.exe"));
-    let build = "cargo build --target x86_64-pc-windows-gnu --workspace --exclude yieldshell-tests --exclude yieldshell-bench --bins";
+    let build = format!(
+        "cargo build --target x86_64-pc-windows-gnu --profile {} --workspace --exclude yieldshell-tests --exclude yieldshell-bench --bins",
+        if profile == "debug" { "dev" } else { &profile }
+    );
     assert!(
         path.is_file(),
         "{} is missing: run `{build}` first",
