@@ -86,16 +86,14 @@ async fn the_zygote_stays_bounded_and_its_holders_owe_it_nothing() {
         assert_eq!(r.status, pb::ExecStatus::Completed as i32, "exec {i}");
     }
     assert!(zygote.alive(), "one zygote serves them all");
-    assert_eq!(
-        fd_count(zygote.pid),
-        4,
-        "the zygote keeps only its standard descriptors and its socket: {:?}",
-        fd_targets(zygote.pid)
-    );
-    assert!(
-        zombies_of(zygote.pid).is_empty(),
-        "the zygote reaps its children"
-    );
+    // A refill may be forking the next idle holder right now (the zygote then holds that
+    // holder's socket for an instant, and its short-lived middle child may not be reaped yet):
+    // what must hold is that it comes back to its own four descriptors and no zombie.
+    eventually(
+        "the zygote back to its standard descriptors and its socket, no zombie",
+        || async { (fd_count(zygote.pid) == 4 && zombies_of(zygote.pid).is_empty()).then_some(()) },
+    )
+    .await;
     eventually(
         "the ended holders reaped and only the idle ones left",
         || async {
