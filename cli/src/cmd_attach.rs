@@ -18,12 +18,12 @@
 
 use clap::Args;
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio_stream::StreamExt;
-use yieldshell_proto::client::{ClientError, Session};
+use yieldshell_proto::client::Session;
 use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::pb;
 use yieldshell_proto::views::process_status_name;
 
+use crate::follow_stream::ResumingFollow;
 use crate::person_terminal::{self, RawMode, WindowSize};
 use crate::{Ctx, exit, render};
 
@@ -251,15 +251,18 @@ async fn attach_terminal(session: &Session, id: &str, size: WindowSize) -> anyho
     let screen = read.screen.ok_or_else(|| {
         anyhow::anyhow!("the daemon returned no screen for terminal process {id} (is it older?)")
     })?;
-    let mut output = session
-        .follow(pb::FollowRequest {
+    let mut output = ResumingFollow::open(
+        session,
+        pb::FollowRequest {
             process_id: id.to_string(),
             since_seq: Some(screen.seq),
             streams: pb::Streams::Both as i32,
             raw: true,
             ..Default::default()
-        })
-        .await?;
+        },
+        true,
+    )
+    .await?;
     let mut leave = LeaveSignals::new()?;
     let mut winch = signal(SignalKind::window_change())?;
     let mut alternate = AlternateScreen::default();
@@ -278,7 +281,7 @@ async fn attach_terminal(session: &Session, id: &str, size: WindowSize) -> anyho
             tokio::select! {
                 event = output.next() => match event {
                     None => break Ending::StreamClosed,
-                    Some(Err(status)) => return Err(ClientError::Rpc(status).into()),
+                    Some(Err(e)) => return Err(e.into()),
                     Some(Ok(ev)) => {
                         alternate.observe(&ev.data);
                         render::stdout_bytes(&ev.data)?;
@@ -334,14 +337,17 @@ async fn attach_pipe(session: &Session, id: &str, tail: pb::Output) -> anyhow::R
     );
     render::stdout_bytes(&tail.stdout)?;
     render::stderr_bytes(&tail.stderr)?;
-    let mut output = session
-        .follow(pb::FollowRequest {
+    let mut output = ResumingFollow::open(
+        session,
+        pb::FollowRequest {
             process_id: id.to_string(),
             since_seq: Some(tail.next_seq),
             streams: pb::Streams::Both as i32,
             ..Default::default()
-        })
-        .await?;
+        },
+        false,
+    )
+    .await?;
     // Registered before reading: from here the person's Ctrl-C detaches instead of killing
     // yieldctl (the process, in the daemon's own session, never sees it either way).
     let mut leave = LeaveSignals::new()?;
@@ -350,7 +356,7 @@ async fn attach_pipe(session: &Session, id: &str, tail: pb::Output) -> anyhow::R
         tokio::select! {
             event = output.next() => match event {
                 None => break Ending::StreamClosed,
-                Some(Err(status)) => return Err(ClientError::Rpc(status).into()),
+                Some(Err(e)) => return Err(e.into()),
                 Some(Ok(ev)) => {
                     if ev.stream == pb::Stream::Stderr as i32 {
                         render::stderr_bytes(&ev.data)?;

@@ -1,12 +1,12 @@
 //! `yieldctl read` (including `--follow`) and `yieldctl wait`.
 
 use clap::{Args, ValueEnum};
-use tokio_stream::StreamExt;
 use yieldshell_proto::client::ClientError;
 use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::pb;
 use yieldshell_proto::views::{ProcessErrorView, ReadView, StreamSelection, WaitView};
 
+use crate::follow_stream::ResumingFollow;
 use crate::{Ctx, exit, render};
 
 /// Which output to print.
@@ -176,9 +176,9 @@ pub async fn read(ctx: &Ctx, a: ReadArgs) -> anyhow::Result<u8> {
         raw: a.raw,
         ..Default::default()
     };
-    let mut stream = session.follow(req).await?;
+    let mut stream = ResumingFollow::open(&session, req, false).await?;
     while let Some(ev) = stream.next().await {
-        let ev = ev.map_err(ClientError::Rpc)?;
+        let ev = ev?;
         if ev.dropped_to > ev.dropped_from {
             incomplete = true;
             eprintln!(
@@ -215,7 +215,7 @@ async fn print_screen(
         .await?;
     let Some(screen) = resp.screen else {
         anyhow::bail!(
-            "{id} has no screen: it does not run under a terminal (`yieldctl exec --tty` starts              one that does); `yieldctl read {id}` prints its output"
+            "{id} has no screen: it does not run under a terminal (`yieldctl exec --tty` starts one that does); `yieldctl read {id}` prints its output"
         );
     };
     render::stdout_bytes(screen.text.as_bytes())?;

@@ -19,6 +19,7 @@ mod cmd_procs;
 mod cmd_read;
 mod cmd_service;
 mod exit;
+mod follow_stream;
 mod person_terminal;
 mod render;
 mod style;

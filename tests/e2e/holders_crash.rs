@@ -189,3 +189,46 @@ async fn a_holder_killed_gives_lost_and_takes_its_tree_down() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn read_follow_carries_on_through_a_daemon_crash_without_a_gap() {
+    let mut d = TestDaemon::start().await;
+    let c = d.session();
+    let id = c.spawn_bg(&format!("exec {} tick 10", testbin())).await;
+    let out = d.dir.path().join("follow.out");
+    let err = d.dir.path().join("follow.err");
+    let mut follower = d
+        .yieldctl()
+        .args(["read", &id, "--follow"])
+        .stdout(std::fs::File::create(&out).expect("stdout file"))
+        .stderr(std::fs::File::create(&err).expect("stderr file"))
+        .spawn()
+        .expect("yieldctl read --follow");
+    let seen = || ticks(&std::fs::read_to_string(&out).unwrap_or_default());
+    let before = eventually_blocking("the follower printing", || {
+        let n = seen().len();
+        (n >= 20).then_some(n)
+    });
+    d.kill9();
+    // Auto-start is off for the follower: it waits for a daemon to come back.
+    d.spawn().await;
+    eventually_blocking("the follower printing again after the crash", || {
+        (seen().len() >= before + 20).then_some(())
+    });
+    d.session()
+        .stop(&id, "SIGTERM", 1000)
+        .await
+        .expect("stop the ticker");
+    let status = eventually_blocking("the follower to exit with the process", || {
+        follower.try_wait().ok().flatten()
+    });
+    let said = std::fs::read_to_string(&err).unwrap_or_default();
+    assert!(status.success(), "{status:?}: {said}");
+    assert!(said.contains(&format!("following {id} again")), "{said}");
+    let ticks = seen();
+    assert_eq!(
+        ticks,
+        (0..ticks.len() as u64).collect::<Vec<_>>(),
+        "every line once, in order, across the crash"
+    );
+}
