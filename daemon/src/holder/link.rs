@@ -324,10 +324,15 @@ pub struct HolderControl(Arc<OwnedWriteHalf>);
 
 impl HolderControl {
     fn send(&self, kind: Kind) {
+        use std::os::fd::AsFd;
         let frame = Encoder::new(kind).finish();
         // Five bytes into a socket the holder drains: only a dead holder refuses them, and then
-        // there is nothing left to control.
-        if let Err(e) = self.0.try_write(&frame) {
+        // there is nothing left to control. Written with write(2) itself, not tokio's
+        // `try_write`: that one refuses (WouldBlock, without asking the kernel) until the
+        // reactor has once seen the socket writable, which on a loaded machine is after an
+        // `exec`'s `close_stdin` — the frame was lost and the process never saw EOF.
+        let stream: &tokio::net::UnixStream = self.0.as_ref().as_ref();
+        if let Err(e) = nix::unistd::write(stream.as_fd(), &frame) {
             tracing::debug!("holder control {kind:?} not sent: {e}");
         }
     }
@@ -462,5 +467,35 @@ async fn pump(
     drop(exit_tx);
     if let Some(tx) = done_tx.take() {
         let _ = tx.send(());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use super::*;
+
+    /// A control frame sent right after the connection was handed to the runtime, before its
+    /// reactor has polled the socket once (on a loaded machine, the usual case for an `exec`
+    /// with `close_stdin`), still reaches the holder: tokio's `try_write` refuses (WouldBlock)
+    /// any socket whose writability it has not yet been told of, so such a frame was dropped and
+    /// the process never saw EOF on its stdin.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_control_frame_sent_before_the_reactor_polled_the_socket_reaches_the_holder() {
+        let (ours, mut holder) = UnixStream::pair().expect("socket pair");
+        ours.set_nonblocking(true).expect("nonblocking");
+        let (_read, write) = tokio::net::UnixStream::from_std(ours)
+            .expect("register")
+            .into_split();
+        // No `.await` between the registration and the send: the reactor has not run.
+        HolderControl(Arc::new(write)).close_stdin();
+        holder
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let frame = Encoder::new(Kind::CloseStdin).finish();
+        let mut got = vec![0; frame.len()];
+        holder.read_exact(&mut got).expect("the CloseStdin frame");
+        assert_eq!(got, frame);
     }
 }
