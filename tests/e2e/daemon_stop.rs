@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::pb;
 
-use crate::helper::{Pid, TestDaemon, testbin, zombies_of};
+use crate::helper::{Pid, TestDaemon, assert_no_zombies, testbin};
 
 #[tokio::test]
 async fn stop_takes_down_a_term_ignoring_grandchild_and_a_setsid_grandchild() {
@@ -30,11 +30,9 @@ async fn stop_takes_down_a_term_ignoring_grandchild_and_a_setsid_grandchild() {
     let info = r.process.expect("process");
     assert_eq!(info.status, pb::ProcessStatus::Stopped as i32);
     assert_eq!(info.ended_by.as_deref(), Some("stop"));
-    assert!(
-        zombies_of(d.pid()).is_empty(),
-        "zombies left: {:?}",
-        zombies_of(d.pid())
-    );
+    // The holder and any orphan reparented to the daemon are reaped on SIGCHLD, which may come
+    // just after the answer: one may be a zombie for an instant, never for long.
+    assert_no_zombies(d.pid()).await;
 }
 
 #[tokio::test]
