@@ -11,6 +11,7 @@
 //! - [`state`]: the [`Daemon`] state every handler and task shares, and retention;
 //! - [`error`]: the one error type (a kind and a message), and [`status`]: the typed words of
 //!   a process's end;
+//! - [`shutdown_signals`]: SIGTERM/SIGINT/SIGUSR1 that come while their listeners are set up;
 //! - [`session`], [`registry`], [`limits`], [`record`], [`recovery`], [`lock`], [`config`],
 //!   [`heap`], [`faults`] (test-only fault injection, inert unless the daemon's own environment
 //!   asks for it).
@@ -39,6 +40,8 @@ pub mod recovery;
 pub mod registry;
 pub mod service;
 pub mod session;
+#[cfg(unix)]
+pub mod shutdown_signals;
 pub mod state;
 pub mod status;
 #[cfg(all(test, target_os = "linux"))]
@@ -296,6 +299,8 @@ fn spawn_signal_handlers(
     detach: CancellationToken,
 ) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
+    // A stop that comes while tokio sets up a listener would be dropped: record it first.
+    shutdown_signals::note()?;
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     // SIGHUP (terminal hang-up) must not kill a daemon that owns processes: log and go on.
@@ -303,7 +308,21 @@ fn spawn_signal_handlers(
     // SIGUSR1: exit leaving every process to its holder (a service manager's reload, which
     // then starts the daemon anew: packaging/systemd).
     let mut usr1 = signal(SignalKind::user_defined1())?;
+    // Every listener is subscribed now; what came before may have reached none of them. A
+    // SIGTERM/SIGINT among them wins over a SIGUSR1 (stopping is the default).
+    let early = shutdown_signals::take();
     tokio::spawn(async move {
+        if early.stop {
+            tracing::info!("SIGTERM or SIGINT received while starting");
+            shutdown.cancel();
+            return;
+        }
+        if early.detach {
+            tracing::info!("SIGUSR1 received while starting: exiting, processes kept");
+            detach.cancel();
+            shutdown.cancel();
+            return;
+        }
         loop {
             tokio::select! {
                 _ = term.recv() => { tracing::info!("SIGTERM received"); break; }

@@ -90,7 +90,19 @@ async fn s1_the_socket_is_private_from_the_instant_it_appears() {
             nix::unistd::Pid::from_raw(child.id() as i32),
             nix::sys::signal::Signal::SIGTERM,
         );
-        let _ = child.wait();
+        // Bounded: a daemon that let this SIGTERM go (it once came while the daemon set up its
+        // signal listeners, see the daemon's `shutdown_signals`) fails here, not hangs CI.
+        let deadline = Instant::now() + TIMEOUT;
+        while child.try_wait().expect("try_wait").is_none() {
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "the daemon ran on for {TIMEOUT:?} after a SIGTERM sent as its socket appeared"
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 }
 
