@@ -229,12 +229,12 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<Ended
     let sweep = |grace: Duration| {
         let d = daemon.clone();
         async move {
-            let mut groups = std::collections::HashSet::new();
+            let mut leaders = Vec::new();
             let mut ids = Vec::new();
             for p in d.registry.all() {
                 let s = p.state();
                 if !s.settled || s.descendants > 0 || s.status == process::Status::Running {
-                    groups.extend(s.identity.map(|i| i.pid));
+                    leaders.extend(s.identity);
                     ids.push(p.facts.id.clone());
                 }
             }
@@ -243,7 +243,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<Ended
             }
             tracing::info!(processes = ids.len(), "stopping every managed tree");
             let _ = tokio::task::spawn_blocking(move || {
-                process::tree::stop_all(&groups, &ids, grace);
+                process::tree::stop_all(&leaders, &ids, grace);
             })
             .await;
         }

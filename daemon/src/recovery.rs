@@ -42,7 +42,8 @@ fn from_unix_ms(ms: i64) -> SystemTime {
 
 struct Leftover {
     process_id: String,
-    pgid: Option<i32>,
+    /// The shell whose group may be signalled.
+    leader: Option<Identity>,
 }
 
 /// Loads every record into the registry; stops leftovers of a crashed daemon. Returns how many
@@ -97,7 +98,7 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
         }
         if state.status == Status::Running {
             #[cfg_attr(windows, allow(unused_mut))]
-            let (mut reason, pgid) = classify(&record);
+            let (mut reason, leader) = classify(&record);
             #[cfg(unix)]
             if reason == LostReason::DaemonCrash && dir.join(crate::holder::SOCKET_NAME).exists() {
                 reason = LostReason::HolderDied;
@@ -120,7 +121,7 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
             }
             leftovers.push(Leftover {
                 process_id: record.process_id.clone(),
-                pgid,
+                leader,
             });
         }
         let output = Arc::new(OutputLog::restore(
@@ -170,7 +171,7 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
         )));
         leftovers.push(Leftover {
             process_id: id,
-            pgid: None,
+            leader: None,
         });
     }
     let lost = leftovers.len();
@@ -236,15 +237,15 @@ fn restored_state(r: &ProcessRecord) -> ProcState {
     }
 }
 
-/// Why a leftover is lost, and the process group that may be signalled (only when the recorded
-/// shell is verifiably the same process).
-fn classify(r: &ProcessRecord) -> (LostReason, Option<i32>) {
+/// Why a leftover is lost, and the shell whose process group may be signalled (only when the
+/// recorded shell is verifiably the same process).
+fn classify(r: &ProcessRecord) -> (LostReason, Option<Identity>) {
     let Some(pid) = r.pid else {
         return (LostReason::DaemonCrash, None);
     };
     match tree::identify(pid) {
         Some(now) if r.start_time.is_some_and(|t| t == now.start_time) => {
-            (LostReason::DaemonCrash, Some(pid))
+            (LostReason::DaemonCrash, Some(now))
         }
         Some(_) => (LostReason::IdentityMismatch, None),
         None => (LostReason::DaemonCrash, None),
@@ -257,7 +258,7 @@ fn stop_leftovers(leftovers: &[Leftover]) {
     }
     // One /proc scan per round for all leftovers: after a crash with a thousand processes,
     // per-process sweeps would delay the new daemon's start by minutes.
-    let groups = leftovers.iter().filter_map(|l| l.pgid).collect();
+    let leaders: Vec<Identity> = leftovers.iter().filter_map(|l| l.leader).collect();
     let ids: Vec<String> = leftovers.iter().map(|l| l.process_id.clone()).collect();
-    tree::stop_all(&groups, &ids, LEFTOVER_GRACE);
+    tree::stop_all(&leaders, &ids, LEFTOVER_GRACE);
 }

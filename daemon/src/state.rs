@@ -72,10 +72,10 @@ impl Daemon {
                 return;
             }
             tracing::error!(process_id = %proc.facts.id, "the process's supervisor panicked; killing its tree");
-            let groups = proc.state().identity.map(|i| i.pid).into_iter().collect();
+            let leaders: Vec<_> = proc.state().identity.into_iter().collect();
             let ids = [proc.facts.id.clone()];
             let _ = tokio::task::spawn_blocking(move || {
-                process::tree::stop_all(&groups, &ids, Duration::ZERO);
+                process::tree::stop_all(&leaders, &ids, Duration::ZERO);
             })
             .await;
             proc.mark_supervisor_lost();

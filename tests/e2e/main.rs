@@ -25,6 +25,7 @@ mod mcp_tasks_wire;
 mod packaging;
 mod packaging_dist;
 mod packaging_layouts;
+mod pid_reuse;
 mod policy_env;
 mod profile_jobs;
 mod profile_published_jobs;

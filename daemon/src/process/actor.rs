@@ -156,7 +156,7 @@ pub fn launch(
     let tree = SystemTree::held(
         ctx.reaper.clone(),
         held.holder,
-        identity.pid,
+        identity,
         link.left_alone.clone(),
     );
     let actor = Actor::new(

@@ -109,6 +109,30 @@ pub fn is_alive(id: Identity) -> bool {
     identify(id.pid).is_some_and(|now| id.start_time == 0 || now.start_time == id.start_time)
 }
 
+/// Whether the process group and session that `leader` led may still exist, so signalling the
+/// group or matching members by it can only reach its own processes. False once the leader's pid
+/// belongs to another process: the kernel hands a pid out again only when no process uses it as
+/// a group or session id any more, so the old group is gone, and `killpg` of that number would
+/// reach the newcomer's (a `setsid` program that got the pid). A leader that exited leaves
+/// its pid free, and the group may live on in its descendants: that is still ours.
+pub fn group_may_live(leader: Identity) -> bool {
+    match identify(leader.pid) {
+        Some(now) => {
+            leader.start_time == 0 || now.start_time == 0 || now.start_time == leader.start_time
+        }
+        None => true,
+    }
+}
+
+/// The groups among `leaders` that may still be theirs ([`group_may_live`]), by id.
+fn live_groups(leaders: &[Identity]) -> std::collections::HashSet<i32> {
+    leaders
+        .iter()
+        .filter(|l| group_may_live(**l))
+        .map(|l| l.pid)
+        .collect()
+}
+
 /// The `MARKER_VAR=<id>` entry to look for.
 pub fn marker_entry(process_id: &str) -> Vec<u8> {
     format!("{MARKER_VAR}={process_id}").into_bytes()
@@ -333,17 +357,16 @@ pub fn find_trees(
 /// daemon's shutdown (one `/proc` scan per round for all trees, where per-process stops would
 /// each scan `/proc` and, for a thousand processes, outlast any shutdown budget), and with no
 /// grace the emergency kill of a tree whose actor is gone (its supervisor panicked).
-pub fn stop_all(
-    groups: &std::collections::HashSet<i32>,
-    process_ids: &[String],
-    grace: std::time::Duration,
-) {
+///
+/// `leaders` are the shells whose groups (and sessions) are the trees; a group whose leader's pid
+/// went to another process is left alone (see [`group_may_live`]), checked before every signal.
+pub fn stop_all(leaders: &[Identity], process_ids: &[String], grace: std::time::Duration) {
     use std::time::{Duration, Instant};
     let markers: std::collections::HashSet<Vec<u8>> =
         process_ids.iter().map(|id| marker_entry(id)).collect();
     let signal_all = |members: &[Identity], sig: Signal| {
-        for g in groups {
-            let _ = killpg(Pid::from_raw(*g), sig);
+        for g in live_groups(leaders) {
+            let _ = killpg(Pid::from_raw(g), sig);
         }
         for m in members {
             if is_alive(*m) {
@@ -352,11 +375,11 @@ pub fn stop_all(
         }
     };
     let groups_alive = || {
-        groups
+        live_groups(leaders)
             .iter()
             .any(|g| killpg(Pid::from_raw(*g), None).is_ok())
     };
-    let mut members = find_trees(groups, &markers);
+    let mut members = find_trees(&live_groups(leaders), &markers);
     signal_all(&members, Signal::SIGTERM);
     signal_all(&members, Signal::SIGCONT);
     let mut escalated = false;
@@ -366,7 +389,7 @@ pub fn stop_all(
         let alive = groups_alive() || members.iter().any(|m| is_alive(*m));
         if !alive {
             // One full scan catches anything forked since the last one.
-            members = find_trees(groups, &markers);
+            members = find_trees(&live_groups(leaders), &markers);
             if members.is_empty() {
                 return;
             }
@@ -375,7 +398,7 @@ pub fn stop_all(
         if !escalated && now >= deadline {
             escalated = true;
             deadline = now + Duration::from_secs(10);
-            members = find_trees(groups, &markers);
+            members = find_trees(&live_groups(leaders), &markers);
             signal_all(&members, Signal::SIGKILL);
         } else if escalated && now >= deadline {
             tracing::error!(
@@ -385,7 +408,7 @@ pub fn stop_all(
             return;
         } else if now >= next_scan {
             next_scan = now + Duration::from_millis(200);
-            members = find_trees(groups, &markers);
+            members = find_trees(&live_groups(leaders), &markers);
             signal_all(
                 &members,
                 if escalated {
@@ -460,15 +483,8 @@ pub mod fake;
 #[derive(Debug, Clone)]
 pub struct SystemTree {
     reaper: std::sync::Arc<super::reaper::Reaper>,
-    /// The holder and the shell's pid.
-    #[cfg_attr(
-        not(target_os = "linux"),
-        allow(
-            dead_code,
-            reason = "only a subreaper holder has adopted children to look at"
-        )
-    )]
-    held: Option<(Identity, i32)>,
+    /// The holder and the shell (whose pid is the process group and session of the tree).
+    held: Option<(Identity, Identity)>,
     /// Set by the holder's link when the holder said it had no child left after the shell.
     left_alone: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
@@ -488,7 +504,7 @@ impl SystemTree {
     pub fn held(
         reaper: std::sync::Arc<super::reaper::Reaper>,
         holder: Identity,
-        shell: i32,
+        shell: Identity,
         left_alone: std::sync::Arc<std::sync::atomic::AtomicBool>,
     ) -> SystemTree {
         SystemTree {
@@ -511,9 +527,20 @@ fn holder_adopted(holder: Identity, shell: i32) -> Option<bool> {
     )
 }
 
+impl SystemTree {
+    /// Whether the group `pgid` may still be this tree's: false once the shell that led it is
+    /// gone and its pid went to another process ([`group_may_live`]).
+    fn group_is_ours(&self, pgid: i32) -> bool {
+        match self.held {
+            Some((_, shell)) if shell.pid == pgid => group_may_live(shell),
+            _ => true,
+        }
+    }
+}
+
 impl ProcessTree for SystemTree {
     fn signal_group(&self, pgid: i32, signal: Option<Signal>) -> bool {
-        killpg(Pid::from_raw(pgid), signal).is_ok()
+        self.group_is_ours(pgid) && killpg(Pid::from_raw(pgid), signal).is_ok()
     }
 
     fn signal_members(&self, members: &[Identity], signal: Signal) {
@@ -525,11 +552,15 @@ impl ProcessTree for SystemTree {
     }
 
     fn find_tree(&self, pgid: i32, process_id: &str) -> Vec<Identity> {
-        find_tree(Some(pgid), process_id)
+        find_tree(self.group_is_ours(pgid).then_some(pgid), process_id)
     }
 
     fn split_tree(&self, pgid: i32, process_id: &str) -> (Vec<Identity>, Vec<Identity>) {
-        split_tree(pgid, process_id)
+        if self.group_is_ours(pgid) {
+            split_tree(pgid, process_id)
+        } else {
+            (Vec::new(), find_tree(None, process_id))
+        }
     }
 
     fn known_ended(&self) -> bool {
@@ -546,7 +577,7 @@ impl ProcessTree for SystemTree {
         if let Some((holder, shell)) = self.held
             && is_alive(holder)
         {
-            return match holder_adopted(holder, shell) {
+            return match holder_adopted(holder, shell.pid) {
                 Some(false) => Vec::new(),
                 _ => find_tree(None, process_id),
             };
@@ -578,6 +609,25 @@ mod tests {
         assert_eq!(parse_signal("SIGNOPE"), None);
         assert_eq!(parse_signal("999"), None);
         assert_eq!(parse_signal(""), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_group_is_not_ours_once_its_leaders_pid_belongs_to_another_process() {
+        let me = identify(std::process::id() as i32).expect("self");
+        assert!(group_may_live(me), "its leader still runs");
+        assert!(
+            !group_may_live(Identity {
+                pid: me.pid,
+                start_time: me.start_time + 1
+            }),
+            "the pid went to another process"
+        );
+        // No process has this pid: the group may live on in the leader's descendants.
+        assert!(group_may_live(Identity {
+            pid: 0x7fff_fff0,
+            start_time: 1
+        }));
     }
 
     #[cfg(target_os = "linux")]
