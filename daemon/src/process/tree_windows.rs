@@ -124,10 +124,10 @@ pub fn register(process_id: &str, job: &Arc<Job>) {
 }
 
 /// Terminates the jobs of `process_ids` (daemon shutdown, a panicked actor's watchdog). The
-/// grace does not apply: Windows has no SIGTERM to give first. `_groups` (Unix process groups)
-/// has no meaning here.
+/// grace does not apply: Windows has no SIGTERM to give first. `_leaders` (the shells leading
+/// Unix process groups) have no meaning here.
 pub fn stop_all(
-    _groups: &std::collections::HashSet<i32>,
+    _leaders: &[Identity],
     process_ids: &[String],
     _grace: std::time::Duration,
 ) {
