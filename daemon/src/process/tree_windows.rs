@@ -126,11 +126,7 @@ pub fn register(process_id: &str, job: &Arc<Job>) {
 /// Terminates the jobs of `process_ids` (daemon shutdown, a panicked actor's watchdog). The
 /// grace does not apply: Windows has no SIGTERM to give first. `_leaders` (the shells leading
 /// Unix process groups) have no meaning here.
-pub fn stop_all(
-    _leaders: &[Identity],
-    process_ids: &[String],
-    _grace: std::time::Duration,
-) {
+pub fn stop_all(_leaders: &[Identity], process_ids: &[String], _grace: std::time::Duration) {
     let found: Vec<Arc<Job>> = {
         let jobs = jobs();
         let Some(map) = jobs.as_ref() else {
