@@ -31,6 +31,21 @@ fn take_pid(pid: i32) -> Child {
     panic!("pid {pid} could not be taken: something else keeps taking it");
 }
 
+/// Clock ticks since boot (the unit of a process's start time), from `/proc/uptime`.
+fn uptime_ticks() -> u64 {
+    let text = std::fs::read_to_string("/proc/uptime").expect("/proc/uptime");
+    let seconds: f64 = text
+        .split_whitespace()
+        .next()
+        .and_then(|s| s.parse().ok())
+        .expect("uptime seconds");
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .expect("clock ticks per second");
+    (seconds * hz as f64) as u64
+}
+
 #[tokio::test]
 #[ignore = "needs root to steer pid allocation (/proc/sys/kernel/ns_last_pid): .ci/run runs it as root"]
 async fn stop_spares_a_program_that_took_an_exited_shells_pid() {
@@ -49,6 +64,15 @@ async fn stop_spares_a_program_that_took_an_exited_shells_pid() {
     let escaped = c.ready_pids(&p.process_id, 1).await;
     eventually("the shell reaped, its pid free", || async {
         (!std::path::Path::new(&format!("/proc/{shell}")).exists()).then_some(())
+    })
+    .await;
+    // A process is known by its pid and start time, and start times count clock ticks: a
+    // program started within the shell's own tick could not be told from it. Real reuse needs
+    // the whole pid space to wrap first; here the pid is handed out at once, so wait for the
+    // clock to pass the tick of the descendant, which started after the shell.
+    let started = escaped.iter().map(|e| e.start).max().expect("descendant");
+    eventually("a clock tick after the tree's start", || async {
+        (uptime_ticks() > started + 1).then_some(())
     })
     .await;
     let mut stranger = take_pid(shell);
