@@ -83,6 +83,15 @@ impl Mcp {
             .expect("tools/list")
     }
 
+    /// The names `tools/list` gives.
+    pub async fn tool_names(&self) -> Vec<String> {
+        self.tools()
+            .await
+            .iter()
+            .map(|t| t.name.to_string())
+            .collect()
+    }
+
     /// Starts a prepared shim command.
     pub async fn start_command(cmd: tokio::process::Command) -> Mcp {
         let transport = rmcp::transport::TokioChildProcess::new(cmd).expect("spawn mcp-yieldshell");

@@ -904,12 +904,7 @@ async fn the_unzipped_windows_release_serves_mcp_under_wine_with_its_own_daemon(
         .env_remove("YIELDSHELL_NO_AUTOSTART")
         .kill_on_drop(true);
     let mcp = Mcp::start_command(cmd).await;
-    let names: Vec<String> = mcp
-        .tools()
-        .await
-        .iter()
-        .map(|t| t.name.to_string())
-        .collect();
+    let names = mcp.tool_names().await;
     assert!(names.iter().any(|n| n == "exec"), "tools/list: {names:?}");
     let r = mcp
         .call(

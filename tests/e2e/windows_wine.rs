@@ -365,12 +365,7 @@ async fn the_mcp_shim_lists_its_tools_and_runs_an_exec() {
     cmd.env("YIELDSHELL_SOCKET", &d.pipe)
         .env("YIELDSHELL_NO_AUTOSTART", "1");
     let mcp = Mcp::start_command(cmd).await;
-    let names: Vec<String> = mcp
-        .tools()
-        .await
-        .iter()
-        .map(|t| t.name.to_string())
-        .collect();
+    let names = mcp.tool_names().await;
     for tool in ["exec", "read", "write", "wait", "stop", "ps"] {
         assert!(names.iter().any(|n| n == tool), "no {tool}: {names:?}");
     }
