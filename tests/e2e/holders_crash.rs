@@ -6,14 +6,7 @@ use std::path::PathBuf;
 
 use yieldshell_proto::pb;
 
-use crate::helper::{Pid, TestDaemon, eventually, eventually_blocking, holders_in, testbin};
-
-/// The numbers of `tick <n>` lines, in order.
-fn ticks(text: &str) -> Vec<u64> {
-    text.lines()
-        .filter_map(|l| l.strip_prefix("tick ")?.parse().ok())
-        .collect()
-}
+use crate::helper::{Pid, TestDaemon, eventually, eventually_blocking, holders_in, testbin, ticks};
 
 /// The holder of process `id`.
 fn holder_of(d: &TestDaemon, id: &str) -> Option<Pid> {
@@ -60,7 +53,7 @@ async fn a_daemon_killed_mid_output_loses_no_process_and_no_byte() {
     eventually("ticks and the first bursts before the crash", || async {
         let (out, _) = c.read_all(&ticker, 1 << 20).await;
         let (flooded, _) = c.read_all(&flood, 1 << 20).await;
-        (ticks(&String::from_utf8_lossy(&out)).len() >= 10 && !flooded.is_empty()).then_some(())
+        (ticks(&out).len() >= 10 && !flooded.is_empty()).then_some(())
     })
     .await;
     let before = c.list(pb::Scope::All, true).await;
@@ -109,13 +102,10 @@ async fn a_daemon_killed_mid_output_loses_no_process_and_no_byte() {
     assert_eq!(s.exit_code, Some(7), "its real exit code");
 
     // The ticker's output has every number, across the crash, and goes on.
-    let seen_at_restart = ticks(&String::from_utf8_lossy(
-        &c.read_all(&ticker, 1 << 20).await.0,
-    ))
-    .len() as u64;
+    let seen_at_restart = ticks(c.read_all(&ticker, 1 << 20).await.0).len() as u64;
     let numbers = eventually("the ticker to go on after the restart", || async {
         let (out, _) = c.read_all(&ticker, 1 << 20).await;
-        let n = ticks(&String::from_utf8_lossy(&out));
+        let n = ticks(&out);
         (n.len() as u64 >= seen_at_restart + 10).then_some(n)
     })
     .await;
@@ -204,7 +194,7 @@ async fn read_follow_carries_on_through_a_daemon_crash_without_a_gap() {
         .stderr(std::fs::File::create(&err).expect("stderr file"))
         .spawn()
         .expect("yieldctl read --follow");
-    let seen = || ticks(&std::fs::read_to_string(&out).unwrap_or_default());
+    let seen = || ticks(std::fs::read_to_string(&out).unwrap_or_default());
     let before = eventually_blocking("the follower printing", || {
         let n = seen().len();
         (n >= 20).then_some(n)

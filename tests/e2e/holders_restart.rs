@@ -3,15 +3,7 @@
 
 use yieldshell_proto::pb;
 
-use crate::helper::{Pid, TestDaemon, eventually, heavy_lock, run, testbin};
-
-/// The numbers of `tick <n>` lines, in order.
-fn ticks(text: &[u8]) -> Vec<u64> {
-    String::from_utf8_lossy(text)
-        .lines()
-        .filter_map(|l| l.strip_prefix("tick ")?.parse().ok())
-        .collect()
-}
+use crate::helper::{Pid, TestDaemon, eventually, heavy_lock, run, testbin, ticks};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn daemon_restart_keeps_a_hundred_processes_with_their_pids_and_output() {

@@ -10,17 +10,9 @@ use std::os::unix::fs::PermissionsExt;
 use yieldshell_proto::pb;
 
 use crate::helper::{
-    Pid, TestDaemon, bin, eventually, fd_count, holders_in, marked_processes, run, testbin,
+    Pid, TestDaemon, bin, eventually, fd_count, holders_in, marked_processes, run, testbin, ticks,
     zombies_of,
 };
-
-/// The numbers of `tick <n>` lines, in order.
-fn ticks(text: &[u8]) -> Vec<u64> {
-    String::from_utf8_lossy(text)
-        .lines()
-        .filter_map(|l| l.strip_prefix("tick ")?.parse().ok())
-        .collect()
-}
 
 /// Children of `parent` (from `/proc/<pid>/task/*/children`).
 fn children_of(parent: i32) -> Vec<i32> {

@@ -42,3 +42,11 @@ pub use procfs::{
 };
 #[allow(unused_imports)]
 pub use stats::Latencies;
+
+/// The numbers of the `tick <n>` lines a `testbin tick` printed, in order.
+pub fn ticks(text: impl AsRef<[u8]>) -> Vec<u64> {
+    String::from_utf8_lossy(text.as_ref())
+        .lines()
+        .filter_map(|l| l.strip_prefix("tick ")?.parse().ok())
+        .collect()
+}
