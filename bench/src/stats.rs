@@ -17,18 +17,21 @@ pub struct Summary {
     pub max_ms: f64,
 }
 
+/// The `q` quantile (nearest rank) of `sorted` values; 0 for none.
+pub fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
 impl Summary {
     /// Summarises durations (empty input gives zeros).
     pub fn of(samples: &[Duration]) -> Summary {
         let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
         ms.sort_by(f64::total_cmp);
-        let rank = |q: f64| -> f64 {
-            if ms.is_empty() {
-                return 0.0;
-            }
-            let i = ((q * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1;
-            ms[i]
-        };
+        let rank = |q: f64| nearest_rank(&ms, q);
         Summary {
             n: ms.len(),
             p50_ms: rank(0.5),

@@ -20,7 +20,7 @@ use yieldshell_proto::pb;
 
 use crate::Opts;
 use crate::servers::{Bench, own_bin_dir};
-use crate::stats::Summary;
+use crate::stats::{Summary, nearest_rank};
 use crate::terminal::exec;
 
 /// Iteration counts.
@@ -57,10 +57,7 @@ impl Counts {
 /// Percentiles of signed differences in milliseconds (a [`Summary`] is of durations).
 fn spread(mut ms: Vec<f64>) -> serde_json::Value {
     ms.sort_by(f64::total_cmp);
-    let at = |q: f64| {
-        let i = ((q * ms.len() as f64).ceil() as usize).clamp(1, ms.len().max(1)) - 1;
-        ms.get(i).copied().unwrap_or(0.0)
-    };
+    let at = |q: f64| nearest_rank(&ms, q);
     json!({"n": ms.len(), "p25_ms": at(0.25), "p50_ms": at(0.5), "p75_ms": at(0.75)})
 }
 

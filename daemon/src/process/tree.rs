@@ -364,9 +364,16 @@ pub fn stop_all(leaders: &[Identity], process_ids: &[String], grace: std::time::
     use std::time::{Duration, Instant};
     let markers: std::collections::HashSet<Vec<u8>> =
         process_ids.iter().map(|id| marker_entry(id)).collect();
-    let signal_all = |members: &[Identity], sig: Signal| {
-        for g in live_groups(leaders) {
-            let _ = killpg(Pid::from_raw(g), sig);
+    // Which groups are still the trees' is decided with each scan (a `/proc` read per leader),
+    // and signals go out right after one; the 5 ms polls in between only ask whether any is left.
+    let scan = || {
+        let groups = live_groups(leaders);
+        let members = find_trees(&groups, &markers);
+        (groups, members)
+    };
+    let signal_all = |groups: &std::collections::HashSet<i32>, members: &[Identity], sig| {
+        for g in groups {
+            let _ = killpg(Pid::from_raw(*g), sig);
         }
         for m in members {
             if is_alive(*m) {
@@ -374,22 +381,20 @@ pub fn stop_all(leaders: &[Identity], process_ids: &[String], grace: std::time::
             }
         }
     };
-    let groups_alive = || {
-        live_groups(leaders)
-            .iter()
-            .any(|g| killpg(Pid::from_raw(*g), None).is_ok())
-    };
-    let mut members = find_trees(&live_groups(leaders), &markers);
-    signal_all(&members, Signal::SIGTERM);
-    signal_all(&members, Signal::SIGCONT);
+    let (mut groups, mut members) = scan();
+    signal_all(&groups, &members, Signal::SIGTERM);
+    signal_all(&groups, &members, Signal::SIGCONT);
     let mut escalated = false;
     let mut deadline = Instant::now() + grace;
     let mut next_scan = Instant::now() + Duration::from_millis(200);
     loop {
-        let alive = groups_alive() || members.iter().any(|m| is_alive(*m));
+        let alive = groups
+            .iter()
+            .any(|g| killpg(Pid::from_raw(*g), None).is_ok())
+            || members.iter().any(|m| is_alive(*m));
         if !alive {
             // One full scan catches anything forked since the last one.
-            members = find_trees(&live_groups(leaders), &markers);
+            (groups, members) = scan();
             if members.is_empty() {
                 return;
             }
@@ -398,8 +403,8 @@ pub fn stop_all(leaders: &[Identity], process_ids: &[String], grace: std::time::
         if !escalated && now >= deadline {
             escalated = true;
             deadline = now + Duration::from_secs(10);
-            members = find_trees(&live_groups(leaders), &markers);
-            signal_all(&members, Signal::SIGKILL);
+            (groups, members) = scan();
+            signal_all(&groups, &members, Signal::SIGKILL);
         } else if escalated && now >= deadline {
             tracing::error!(
                 left = members.len(),
@@ -408,15 +413,13 @@ pub fn stop_all(leaders: &[Identity], process_ids: &[String], grace: std::time::
             return;
         } else if now >= next_scan {
             next_scan = now + Duration::from_millis(200);
-            members = find_trees(&live_groups(leaders), &markers);
-            signal_all(
-                &members,
-                if escalated {
-                    Signal::SIGKILL
-                } else {
-                    Signal::SIGTERM
-                },
-            );
+            (groups, members) = scan();
+            let sig = if escalated {
+                Signal::SIGKILL
+            } else {
+                Signal::SIGTERM
+            };
+            signal_all(&groups, &members, sig);
         }
         std::thread::sleep(Duration::from_millis(5));
     }
