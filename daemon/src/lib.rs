@@ -120,6 +120,8 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<Ended
     let holders = Arc::new(crate::holder::link::HolderPool::new(
         reaper.clone(),
         IDLE_HOLDERS,
+        // Spare directories are renamed into place with Linux's renameat2 (link::Idle).
+        cfg!(target_os = "linux").then(|| config.state_dir.join("spare")),
     ));
     let daemon = Arc::new(Daemon {
         config: config.clone(),

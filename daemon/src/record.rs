@@ -263,6 +263,37 @@ impl RecordStore {
         Ok(dir)
     }
 
+    /// Makes `spare` (the spare directory of a prepared holder, `holder::link::Idle`) the
+    /// directory of a new process by renaming it: as [`create_dir`](Self::create_dir), it fails
+    /// with `AlreadyExists` when that directory exists, which it never replaces (renameat2's
+    /// `RENAME_NOREPLACE`; a plain rename would replace an empty one).
+    #[cfg(target_os = "linux")]
+    pub fn claim_dir(&self, spare: &Path, process_id: &str) -> io::Result<PathBuf> {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = self.dir(process_id);
+        let cstr = |p: &Path| {
+            std::ffi::CString::new(p.as_os_str().as_bytes())
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a path"))
+        };
+        let (from, to) = (cstr(spare)?, cstr(&dir)?);
+        // SAFETY: two NUL-terminated paths that outlive the call; the syscall only reads them.
+        // Called directly rather than through libc's wrapper, which older C libraries lack.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_renameat2,
+                libc::AT_FDCWD,
+                from.as_ptr(),
+                libc::AT_FDCWD,
+                to.as_ptr(),
+                libc::RENAME_NOREPLACE,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(dir)
+    }
+
     /// Queues a record to be written (atomically, in order with this process's other writes).
     pub fn save(&self, record: &ProcessRecord) {
         if self
@@ -420,6 +451,24 @@ mod tests {
         let mut loaded = store.load_all();
         loaded.sort_by(|a, b| a.process_id.cmp(&b.process_id));
         assert_eq!(loaded, vec![record("proc_c"), record("proc_d")]);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn claiming_a_spare_moves_it_into_place_but_never_over_an_existing_directory() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let store = RecordStore::open(tmp.path()).expect("open");
+        let spare = tmp.path().join("spare-1");
+        std::fs::create_dir(&spare).expect("spare");
+        std::fs::write(spare.join("exit"), b"").expect("file");
+        // An empty directory of that name exists: a plain rename would replace it.
+        store.create_dir("proc_e").expect("dir");
+        let taken = store.claim_dir(&spare, "proc_e").expect_err("taken");
+        assert_eq!(taken.kind(), io::ErrorKind::AlreadyExists);
+        assert!(spare.join("exit").exists(), "the spare stayed where it was");
+        let dir = store.claim_dir(&spare, "proc_f").expect("claimed");
+        assert_eq!(dir, store.dir("proc_f"));
+        assert!(dir.join("exit").exists() && !spare.exists());
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod daemon_stop;
 mod daemon_until;
 mod holders_crash;
 mod holders_restart;
+mod holders_spare;
 mod holders_zygote;
 mod input_wait;
 mod lean_answers;

@@ -460,6 +460,7 @@ async fn f14_many_short_processes_some_leaving_orphans_get_exact_exit_codes_and_
     let d = TestDaemon::start().await;
     let c = std::sync::Arc::new(d.session_with(&[("YIELDSHELL_MAX_PROCESSES", "1000")]));
     c.exec("true").await;
+    d.idle_holders_ready().await;
     let daemon = d.pid();
     let base_fds = fd_count(daemon);
     let tb = testbin();

@@ -265,6 +265,7 @@ async fn b5_garbage_http1_and_idle_connections_are_dropped_and_their_descriptors
     let d = TestDaemon::start_configured(&[], "handshake_timeout_ms = 1000\n").await;
     let daemon = d.pid();
     let mut raw = d.raw().await;
+    d.idle_holders_ready().await;
     let base = fd_count(daemon);
     let talk = |bytes: Vec<u8>| {
         let socket = d.socket.clone();

@@ -71,6 +71,7 @@ async fn l1_hundreds_of_sleepers_and_chatty_processes_keep_ps_fast_and_resources
         ("YIELDSHELL_MAX_BUFFER_BYTES", "65536"),
     ]));
     c.exec("true").await;
+    d.idle_holders_ready().await;
     let daemon = d.pid();
     let (base_fds, base_rss) = (fd_count(daemon), rss_kib(daemon));
     let tb = testbin();

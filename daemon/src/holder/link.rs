@@ -5,7 +5,7 @@
 use std::io::{self, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -84,20 +84,47 @@ fn greeted(sock: UnixStream, known: Option<Identity>) -> io::Result<Held> {
     })
 }
 
+/// An idle holder, waiting for its spec.
+#[derive(Debug)]
+pub struct Idle {
+    sock: UnixStream,
+    /// The holder's identity, read when it was started (off the `exec` path).
+    id: Identity,
+    /// Its spare directory (Linux), where its socket and exit file already are: the `exec`
+    /// renames it to the process directory instead of creating one.
+    spare: Option<PathBuf>,
+}
+
+impl Idle {
+    /// The spare directory to rename to the process directory, when the holder has one. A
+    /// holder with one must be given the process directory it was renamed to: it works in it.
+    pub fn spare_dir(&self) -> Option<&Path> {
+        self.spare.as_deref()
+    }
+}
+
 /// Holders started ahead of need, each waiting for its spec: `exec` then pays for a message,
 /// not for starting a process. New holders are forked by the zygote (Linux, [`super::zygote`]):
 /// a fork of a small process instead of an `exec` of the holder binary and its dynamic linking;
-/// without one (elsewhere, or while it cannot be started) the daemon spawns them itself.
+/// without one (elsewhere, or while it cannot be started) the daemon spawns them itself. On
+/// Linux each idle holder also waits in a spare directory of its own, its socket bound and its
+/// exit file created (see `serve::Prepared`): the files a process needs exist before its `exec`.
 #[derive(Debug)]
 pub struct HolderPool {
     reaper: Arc<Reaper>,
-    /// Idle holders: the connection and the holder's identity (read when it was started, off
-    /// the `exec` path).
-    idle: std::sync::Mutex<Vec<(UnixStream, Identity)>>,
+    idle: std::sync::Mutex<Vec<Idle>>,
     /// Idle holders kept ready.
     size: usize,
     /// A refill runs (one at a time, so the pool never grows past `size`).
     refilling: std::sync::atomic::AtomicBool,
+    /// Where spare directories are made (`<state dir>/spare`, beside `procs` on the same
+    /// filesystem, so a rename moves one into place); `None` where holders make none.
+    spare_root: Option<PathBuf>,
+    /// Names spare directories (with the daemon's pid: an idle holder of an earlier daemon may
+    /// still be removing its own).
+    spares_made: std::sync::atomic::AtomicU64,
+    /// Preparing a holder failed once: no more spare directories.
+    spares_failed: std::sync::atomic::AtomicBool,
     #[cfg(target_os = "linux")]
     zygote: std::sync::Mutex<ZygoteSlot>,
 }
@@ -112,22 +139,40 @@ struct ZygoteSlot {
 }
 
 impl HolderPool {
-    /// A pool that keeps `size` idle holders (started by [`HolderPool::refill`]).
-    pub fn new(reaper: Arc<Reaper>, size: usize) -> HolderPool {
+    /// A pool that keeps `size` idle holders (started by [`HolderPool::refill`]). With
+    /// `spare_root` (Linux) they wait in spare directories made there; whatever an earlier
+    /// daemon left in it is removed first (its idle holders exit with it).
+    pub fn new(reaper: Arc<Reaper>, size: usize, spare_root: Option<PathBuf>) -> HolderPool {
+        let spare_root = spare_root.filter(|root| {
+            if let Err(e) = std::fs::remove_dir_all(root)
+                && e.kind() != io::ErrorKind::NotFound
+            {
+                tracing::warn!(dir = %root.display(), "clearing spare holder directories failed: {e}");
+            }
+            match crate::record::create_private_dir(root) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(dir = %root.display(), "no spare holder directories ({e}); each exec creates its process directory");
+                    false
+                }
+            }
+        });
         HolderPool {
             reaper,
             idle: std::sync::Mutex::new(Vec::new()),
             size,
             refilling: std::sync::atomic::AtomicBool::new(false),
+            spare_root,
+            spares_made: std::sync::atomic::AtomicU64::new(0),
+            spares_failed: std::sync::atomic::AtomicBool::new(false),
             #[cfg(target_os = "linux")]
             zygote: std::sync::Mutex::new(ZygoteSlot::default()),
         }
     }
 
-    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<(UnixStream, Identity)>> {
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
         self.idle.lock().unwrap_or_else(|e| e.into_inner())
     }
-
     /// A new holder waiting for its spec on the returned socket, and its pid.
     fn spawn(&self) -> io::Result<(UnixStream, i32)> {
         let (ours, theirs) = UnixStream::pair()?;
@@ -197,17 +242,52 @@ impl HolderPool {
         None
     }
 
-    /// An idle holder, or a new one when none is ready (a burst of `exec`s; blocking).
-    fn take(&self) -> io::Result<(UnixStream, Option<Identity>)> {
-        match self.take_idle() {
-            Some((sock, id)) => Ok((sock, Some(id))),
-            None => self.spawn().map(|(sock, _)| (sock, None)),
-        }
+    /// An idle holder, if one is ready.
+    pub fn take_idle(&self) -> Option<Idle> {
+        self.idle().pop()
     }
 
-    /// An idle holder, if one is ready.
-    fn take_idle(&self) -> Option<(UnixStream, Identity)> {
-        self.idle().pop()
+    /// A new idle holder for the pool: spawned, identified, and (with a spare root) prepared in
+    /// a spare directory of its own. Blocking.
+    fn start_idle(&self) -> io::Result<Idle> {
+        let (sock, pid) = self.spawn()?;
+        let id = tree::identify(pid).unwrap_or(Identity { pid, start_time: 0 });
+        let spares = self.spare_root.as_ref().filter(|_| {
+            !self
+                .spares_failed
+                .load(std::sync::atomic::Ordering::Relaxed)
+        });
+        let Some(root) = spares else {
+            return Ok(Idle {
+                sock,
+                id,
+                spare: None,
+            });
+        };
+        let n = self
+            .spares_made
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = root.join(format!("{}-{n}", std::process::id()));
+        crate::record::create_private_dir(&dir)?;
+        match prepare(&sock, &dir) {
+            Ok(()) => Ok(Idle {
+                sock,
+                id,
+                spare: Some(dir),
+            }),
+            Err(e) => {
+                // The holder exits once its socket closes; the directory is removed here, as
+                // the holder may not have got as far as to remove it itself. Later holders
+                // wait without one (each exec then creates its process directory, as where
+                // there are no spares): a failure here is the filesystem's, not this holder's.
+                drop(sock);
+                let _ = std::fs::remove_dir_all(&dir);
+                self.spares_failed
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(dir = %dir.display(), "preparing an idle holder failed ({e}); holders wait without spare directories from now on");
+                Err(e)
+            }
+        }
     }
 
     /// Whether no idle holder is left (the next `exec` would start one itself).
@@ -225,11 +305,8 @@ impl HolderPool {
             return;
         }
         while self.idle().len() < self.size {
-            match self.spawn() {
-                Ok((sock, pid)) => {
-                    let id = tree::identify(pid).unwrap_or(Identity { pid, start_time: 0 });
-                    self.idle().push((sock, id));
-                }
+            match self.start_idle() {
+                Ok(idle) => self.idle().push(idle),
                 Err(e) => {
                     tracing::warn!("starting an idle holder failed: {e}");
                     break;
@@ -269,45 +346,84 @@ impl HolderPool {
 /// and the kernel takes this much in one write without blocking.
 const INLINE_SPEC_BYTES: usize = 64 * 1024;
 
-/// Starts a holder for `spec` and waits until it has started the shell. The common case costs
-/// no thread hand-off: an idle holder gets the spec from the calling task, which then awaits
-/// the answer. Starting a new holder (a burst emptied the pool: a fork, or an exec) and writing
-/// a spec too large for one write are blocking work, done on the blocking pool.
-pub async fn start(pool: &Arc<HolderPool>, spec: &HoldSpec) -> io::Result<Held> {
-    let frame = spec.encode();
-    if frame.len() <= INLINE_SPEC_BYTES
-        && let Some((mut ours, known)) = pool.take_idle()
-    {
-        let sent = ours.write_all(&frame);
-        let answer = async {
-            ours.set_nonblocking(true)?;
-            let ready = tokio::net::UnixStream::from_std(ours)?;
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, ready.readable()).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => return Err(e),
-                Err(_) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "the holder did not answer in time",
-                    ));
-                }
-            }
-            // The answer has arrived (one small frame, written at once): reading it does not
-            // block.
-            let sock = ready.into_std()?;
-            sock.set_nonblocking(false)?;
-            greeted(sock, Some(known))
-        };
-        return with_send_error(answer.await, sent);
+/// Has a new holder prepare in the spare directory `dir` and waits for it to say it has.
+fn prepare(sock: &UnixStream, dir: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let frame = Encoder::new(Kind::Prepare)
+        .rest(dir.as_os_str().as_bytes())
+        .finish();
+    (&mut &*sock).write_all(&frame)?;
+    sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    let (kind, payload, _) = recv_frame_with_fd(sock)?;
+    sock.set_read_timeout(None)?;
+    match kind {
+        Kind::Ready => Ok(()),
+        Kind::Failed => Err(io::Error::other(
+            String::from_utf8_lossy(&payload).into_owned(),
+        )),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "the holder did not say it was ready",
+        )),
     }
-    let pool = pool.clone();
-    tokio::task::spawn_blocking(move || {
-        let (mut ours, known) = pool.take()?;
-        let sent = ours.write_all(&frame);
-        with_send_error(greeted(ours, known), sent)
-    })
-    .await
-    .map_err(io::Error::other)?
+}
+
+/// Starts a holder for `spec` and waits until it has started the shell: `idle` (taken from the
+/// pool by the caller, which renamed its spare directory to `spec.dir` if it had one), or, when
+/// there was none ready (a burst of `exec`s emptied the pool), a new one. The common case costs
+/// no thread hand-off: the idle holder gets the spec from the calling task, which then awaits
+/// the answer. Starting a new holder (a fork, or an exec) and writing a spec too large for one
+/// write are blocking work, done on the blocking pool.
+pub async fn start(
+    pool: &Arc<HolderPool>,
+    idle: Option<Idle>,
+    spec: &HoldSpec,
+) -> io::Result<Held> {
+    let frame = spec.encode();
+    let Some(Idle {
+        sock: mut ours,
+        id: known,
+        ..
+    }) = idle
+    else {
+        let pool = pool.clone();
+        return tokio::task::spawn_blocking(move || {
+            let (mut ours, _) = pool.spawn()?;
+            let sent = ours.write_all(&frame);
+            with_send_error(greeted(ours, None), sent)
+        })
+        .await
+        .map_err(io::Error::other)?;
+    };
+    if frame.len() > INLINE_SPEC_BYTES {
+        return tokio::task::spawn_blocking(move || {
+            let sent = ours.write_all(&frame);
+            with_send_error(greeted(ours, Some(known)), sent)
+        })
+        .await
+        .map_err(io::Error::other)?;
+    }
+    let sent = ours.write_all(&frame);
+    let answer = async {
+        ours.set_nonblocking(true)?;
+        let ready = tokio::net::UnixStream::from_std(ours)?;
+        match tokio::time::timeout(HANDSHAKE_TIMEOUT, ready.readable()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the holder did not answer in time",
+                ));
+            }
+        }
+        // The answer has arrived (one small frame, written at once): reading it does not
+        // block.
+        let sock = ready.into_std()?;
+        sock.set_nonblocking(false)?;
+        greeted(sock, Some(known))
+    };
+    with_send_error(answer.await, sent)
 }
 
 /// The holder's answer, or why there was none: a holder that could not start the shell says

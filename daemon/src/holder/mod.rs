@@ -35,7 +35,8 @@ pub const HOLD_ARG: &str = "hold";
 pub const HOLDER_FD: RawFd = 3;
 /// The holder's socket, inside the process directory.
 pub const SOCKET_NAME: &str = "holder.sock";
-/// The exit status a holder records, inside the process directory.
+/// The exit status a holder records, inside the process directory. An empty one (created ahead
+/// by a prepared holder) says nothing yet.
 pub const EXIT_FILE: &str = "exit";
 /// Largest frame either side accepts: a spec carries a command line and an environment of up
 /// to the daemon's 16 MiB request limit each; an output frame is at most one pipe read.
@@ -63,6 +64,11 @@ pub enum Kind {
     CloseStdin = 8,
     /// daemon → holder: stop reading output (the daemon's reader cutoff after a stop).
     CloseOutput = 9,
+    /// daemon → idle holder, before any spec: the spare directory to wait in (a path).
+    Prepare = 10,
+    /// idle holder → daemon: prepared (its socket bound and its exit file created in the
+    /// spare directory), or the spawn-style [`Kind::Failed`] when that failed.
+    Ready = 11,
 }
 
 impl Kind {
@@ -77,6 +83,8 @@ impl Kind {
             7 => Kind::Health,
             8 => Kind::CloseStdin,
             9 => Kind::CloseOutput,
+            10 => Kind::Prepare,
+            11 => Kind::Ready,
             _ => return None,
         })
     }

@@ -66,17 +66,55 @@ fn run() -> io::Result<()> {
     // does after the spec arrives is on the `exec`'s path.
     prepare_signals()?;
     let signals = signal_fd()?;
-    let (kind, payload, _) = recv_frame_with_fd(&first)?;
-    if kind != Kind::Spec {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "expected a spec",
-        ));
-    }
-    let spec = HoldSpec::decode(&payload)?;
-    drop(payload);
+    let mut prepared = None;
+    let spec = loop {
+        let (kind, payload, _) = match recv_frame_with_fd(&first) {
+            Ok(frame) => frame,
+            Err(e) => {
+                // The daemon let this idle holder go (it exited, or drained its pool): the
+                // spare directory goes with it.
+                if let Some(p) = prepared.take() {
+                    Prepared::discard(p);
+                }
+                return Err(e);
+            }
+        };
+        match kind {
+            Kind::Prepare if prepared.is_none() => {
+                let dir = PathBuf::from(std::ffi::OsStr::from_bytes(&payload));
+                match Prepared::make(dir) {
+                    Ok(p) => {
+                        prepared = Some(p);
+                        send_with_fd(&first, &super::Encoder::new(Kind::Ready).finish(), None)?;
+                    }
+                    Err(e) => {
+                        let frame = super::Encoder::new(Kind::Failed)
+                            .rest(e.to_string().as_bytes())
+                            .finish();
+                        let _ = send_with_fd(&first, &frame, None);
+                        return Err(e);
+                    }
+                }
+            }
+            Kind::Spec => break HoldSpec::decode(&payload)?,
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "expected a spec",
+                ));
+            }
+        }
+    };
     let dir = PathBuf::from(std::ffi::OsStr::from_bytes(&spec.dir));
-    std::env::set_current_dir(&dir)?;
+    // A prepared holder already works in its directory, which the daemon renamed to `dir`
+    // (the working directory follows a rename); its socket and exit file are there too.
+    let (listener, exit_file) = match prepared {
+        Some(p) => (Some(p.listener), Some(p.exit_file)),
+        None => {
+            std::env::set_current_dir(&dir)?;
+            (None, None)
+        }
+    };
     // Everything the holder needs is ready before the shell starts: from then on the process
     // runs, and the sooner the daemon hears of it the better.
     let redactor = Redactor::from_pairs(spec.redact);
@@ -135,17 +173,18 @@ fn run() -> io::Result<()> {
         conn: None,
         listener: None,
         exit_written: false,
+        exit_file,
         signals,
         reported_health: 0,
     };
     // The socket for later daemons exists before the first daemon hears of the shell: a daemon
     // killed right after answering its `exec` leaves a holder the next one can find (bound
     // later, the next daemon could look in between, find nothing and call the process lost).
-    // It is bound relative to the process directory, so a long state-dir path never hits the
-    // ~107-byte limit of socket addresses.
-    let _ = std::fs::remove_file(SOCKET_NAME);
-    let listener = UnixListener::bind(SOCKET_NAME)?;
-    listener.set_nonblocking(true)?;
+    // A prepared holder bound it while idle.
+    let listener = match listener {
+        Some(l) => l,
+        None => bind_socket()?,
+    };
     h.listener = Some(listener);
     if let Err(e) = h.connect(first) {
         // The daemon died before it heard of the shell: its `exec` failed, and a daemon that
@@ -330,6 +369,9 @@ struct Holder {
     listener: Option<UnixListener>,
     /// The exit file is written (after the frames that a waiting `exec` needs).
     exit_written: bool,
+    /// The exit file, created empty ahead of time (a prepared holder): the status is written
+    /// into it in place, with no file created on the way out.
+    exit_file: Option<std::fs::File>,
     signals: Signals,
     /// Spool bytes lost as last told to the daemon.
     reported_health: u64,
@@ -343,6 +385,10 @@ impl Holder {
             && self.pipes.iter().all(Option::is_none)
             && !self.children
             && self.conn.as_ref().is_none_or(|c| c.backlog() == 0)
+    }
+
+    fn open_pipes(&self) -> usize {
+        self.pipes.iter().filter(|p| p.is_some()).count()
     }
 
     fn hello(&self) -> Hello {
@@ -430,10 +476,18 @@ impl Holder {
                 self.drain_signals();
                 self.reap();
             }
+            let open = self.open_pipes();
             for (i, r) in pipes_ready.into_iter().enumerate() {
                 if r {
                     self.read_pipe(i, &mut buf);
                 }
+            }
+            if self.exit.is_none() && self.open_pipes() == 0 && open > 0 {
+                // The last pipe just closed, most often because the shell exited: the kernel
+                // closes an exiting process's descriptors just before it signals the parent.
+                // Reaping now usually puts the exit in the same write as the EOFs, which
+                // spares the daemon (and a short command's `exec`) a second wake-up.
+                self.reap();
             }
             if conn_ready {
                 self.serve_conn();
@@ -447,7 +501,7 @@ impl Holder {
                 && !self.exit_written
             {
                 self.exit_written = true;
-                write_exit_file(note);
+                write_exit_file(note, self.exit_file.as_ref());
             }
         }
     }
@@ -690,13 +744,71 @@ impl Holder {
 
 /// Records the exit status where a daemon that was not there to see it finds it (the holder's
 /// directory is the process directory). No fsync: an fsync would add milliseconds to every short
-/// command's `exec`.
-fn write_exit_file(note: ExitNote) {
+/// command's `exec`. Into the file created ahead when there is one: a single write at offset 0
+/// of a file that was empty, so a reader sees either nothing (no status yet) or all of it, as
+/// with the atomic rename, without creating a file (on some filesystems creating one costs a
+/// tenth of a millisecond or more) while the daemon answers the `exec`.
+fn write_exit_file(note: ExitNote, ahead: Option<&std::fs::File>) {
+    use std::os::unix::fs::FileExt;
+    let text = note.file_text();
+    if let Some(file) = ahead
+        && file.write_all_at(text.as_bytes(), 0).is_ok()
+    {
+        return;
+    }
     let _ = crate::record::write_private_atomically(
         std::path::Path::new("."),
         EXIT_FILE,
-        note.file_text().as_bytes(),
+        text.as_bytes(),
     );
+}
+
+/// Binds `holder.sock` in the working directory (the process directory, or the spare one that
+/// becomes it), relative, so a long state-dir path never hits the ~107-byte limit of socket
+/// addresses.
+fn bind_socket() -> io::Result<UnixListener> {
+    let _ = std::fs::remove_file(SOCKET_NAME);
+    let listener = UnixListener::bind(SOCKET_NAME)?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// What an idle holder sets up in its spare directory before any `exec` needs it (the daemon's
+/// `Prepare`): the two files a holder creates, made while nothing waits for them. Creating a
+/// file or binding a socket allocates an inode, which on some filesystems (ext4 without a
+/// journal scans for recently deleted inodes) costs 0.1–0.2 ms each; the `exec` then pays only
+/// the daemon's rename of the directory.
+struct Prepared {
+    dir: PathBuf,
+    listener: UnixListener,
+    exit_file: std::fs::File,
+}
+
+impl Prepared {
+    fn make(dir: PathBuf) -> io::Result<Prepared> {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::env::set_current_dir(&dir)?;
+        let listener = bind_socket()?;
+        let exit_file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(EXIT_FILE)?;
+        Ok(Prepared {
+            dir,
+            listener,
+            exit_file,
+        })
+    }
+
+    /// Removes the spare directory of a holder that was never used.
+    fn discard(self) {
+        drop(self.listener);
+        let _ = std::fs::remove_file(SOCKET_NAME);
+        let _ = std::fs::remove_file(EXIT_FILE);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
 }
 
 /// Names the holder `yieldshell-hold` in `ps`/`top`: it is started through `/proc/self/fd/N`, so

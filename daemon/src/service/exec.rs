@@ -497,8 +497,29 @@ async fn start(
         message: format!("{what}: {e}"),
     };
     // The directory is created before the spawn and never reused: its existence is what lets a
-    // restarted daemon find this process should the daemon crash right after the spawn.
+    // restarted daemon find this process should the daemon crash right after the spawn. An idle
+    // holder from the pool (Unix) usually brings one: its spare directory, renamed into place.
+    #[cfg(unix)]
+    #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
+    let mut idle = d.holders.take_idle();
     let dir = loop {
+        #[cfg(target_os = "linux")]
+        if let Some(spare) = idle.as_ref().and_then(|i| i.spare_dir()) {
+            match d.store.claim_dir(spare, &id) {
+                Ok(dir) => break dir,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match wanted {
+                    Some(w) => return Err(in_use(w)),
+                    None => id = new_process_id(),
+                },
+                Err(e) => {
+                    // A holder is only ever given the directory it waits in: this one goes (it
+                    // exits, removing its spare), and the directory is made the usual way.
+                    tracing::warn!("moving a spare holder directory into place failed: {e}");
+                    idle = None;
+                }
+            }
+            continue;
+        }
         match d.store.create_dir(&id) {
             Ok(dir) => break dir,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match wanted {
@@ -530,6 +551,9 @@ async fn start(
     // if this one crashes right after; the directory alone already would.
     d.store.save(&facts.starting_record());
     crate::faults::delay_spawn(&req.command).await; // tests only (RELIABILITY F3)
+    #[cfg(unix)]
+    let (proc, handle) = spawn_and_launch(d, session, facts, slot, &dir, idle, req).await?;
+    #[cfg(windows)]
     let (proc, handle) = spawn_and_launch(d, session, facts, slot, &dir, req).await?;
     d.registry.insert(proc.clone());
     d.track_actor(proc.clone(), handle);
@@ -548,6 +572,7 @@ async fn spawn_and_launch(
     facts: Arc<ProcessFacts>,
     slot: crate::limits::RunningSlot,
     dir: &std::path::Path,
+    idle: Option<link::Idle>,
     req: StartRequest,
 ) -> Result<Launched, Refusal> {
     use std::os::unix::ffi::OsStringExt;
@@ -573,7 +598,7 @@ async fn spawn_and_launch(
         spool_cap,
         terminal: req.terminal,
     };
-    let held = link::start(&d.holders, &spec).await;
+    let held = link::start(&d.holders, idle, &spec).await;
     // The pool is refilled once the exec has answered; only a burst that emptied it refills now.
     if d.holders.is_empty() {
         d.holders.refill_later();

@@ -176,6 +176,22 @@ impl TestDaemon {
         .await;
     }
 
+    /// Waits until the daemon's pool of idle holders is full: each waits in a spare directory
+    /// of its own under `<state>/spare`, and the daemon keeps two (its `IDLE_HOLDERS`). A test
+    /// that counts the daemon's descriptors takes its baseline after this, or a refill still
+    /// under way would count as a leak.
+    pub async fn idle_holders_ready(&self) {
+        let spare = self.state.join("spare");
+        eventually("the pool of idle holders to be full", || {
+            let spare = spare.clone();
+            async move {
+                let n = std::fs::read_dir(&spare).ok()?.count();
+                (n >= 2).then_some(())
+            }
+        })
+        .await;
+    }
+
     /// Pid of the daemon we started.
     pub fn pid(&self) -> i32 {
         self.child.as_ref().expect("daemon running").id() as i32

@@ -1,0 +1,128 @@
+//! Spare directories (issue 13, Linux): each idle holder waits in a directory of its own under
+//! `<state>/spare`, its socket bound and its exit file created, and an `exec` renames that
+//! directory into place as the process directory. What a user relies on: nothing is left behind
+//! by holders that were never used (whatever ended the daemon), a process's exit status is still
+//! found where a later daemon looks, and a directory already there is never taken over.
+
+use std::os::unix::fs::PermissionsExt;
+
+use yieldshell_proto::pb;
+
+use crate::helper::{TestDaemon, eventually, exec_req};
+
+/// Entries of `<state>/spare`.
+fn spares(d: &TestDaemon) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(d.state.join("spare"))
+        .map(|r| r.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+/// Pids of the idle holders waiting in `<state>/spare` (their working directory is there).
+fn idle_holders(d: &TestDaemon) -> Vec<i32> {
+    let Ok(spare) = std::fs::canonicalize(d.state.join("spare")) else {
+        return Vec::new();
+    };
+    std::fs::read_dir("/proc")
+        .map(|r| {
+            r.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+                .filter(|pid| {
+                    std::fs::read_link(format!("/proc/{pid}/cwd"))
+                        .is_ok_and(|cwd| cwd.starts_with(&spare))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn idle_holders_wait_in_private_spare_directories_that_go_with_them_however_the_daemon_ends()
+{
+    let mut d = TestDaemon::start().await;
+    d.idle_holders_ready().await;
+    for dir in spares(&d) {
+        let mode = std::fs::metadata(&dir).expect("spare").permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "{}", dir.display());
+        assert!(dir.join("holder.sock").exists(), "{}", dir.display());
+        let exit = std::fs::read(dir.join("exit")).expect("exit file created ahead");
+        assert!(
+            exit.is_empty(),
+            "an idle holder's exit file says nothing yet"
+        );
+    }
+    assert_eq!(idle_holders(&d).len(), spares(&d).len());
+    // kill -9: nobody tells the idle holders; their connection closes and each removes its
+    // own directory as it exits.
+    d.kill9();
+    eventually(
+        "the idle holders to remove their spares and exit",
+        || async { (spares(&d).is_empty() && idle_holders(&d).is_empty()).then_some(()) },
+    )
+    .await;
+    // A spare left by a holder that could not clean up (killed -9 itself) is cleared by the
+    // next daemon, which makes its own.
+    let stale = d.state.join("spare").join("1-0");
+    std::fs::create_dir_all(&stale).expect("plant a stale spare");
+    std::fs::write(stale.join("exit"), b"").expect("plant");
+    d.spawn().await;
+    d.idle_holders_ready().await;
+    assert!(!stale.exists(), "the stale spare was cleared");
+    // A stop that ends everything lets the idle holders go too.
+    d.terminate();
+    eventually("the idle holders to be gone after a stop", || async {
+        (spares(&d).is_empty() && idle_holders(&d).is_empty()).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_exec_takes_over_a_spare_and_its_exit_status_is_where_a_later_daemon_looks() {
+    let mut d = TestDaemon::start().await;
+    let c = d.session();
+    d.idle_holders_ready().await;
+    let before = spares(&d);
+    let r = c.exec("exit 7").await;
+    let p = r.process.expect("process");
+    assert_eq!(p.exit_code, Some(7));
+    let dir = d.state.join("procs").join(&p.process_id);
+    // The process directory is one of the spares, moved (the pool makes new ones with new names).
+    assert!(
+        before.iter().any(|s| !s.exists()),
+        "no spare was taken: {before:?}"
+    );
+    let exit = std::fs::read_to_string(dir.join("exit")).expect("exit file");
+    assert!(exit.starts_with("code 7 "), "{exit:?}");
+    // The next daemon reads the same process as ended with 7.
+    d.terminate();
+    d.spawn().await;
+    let c = d.session();
+    let w = c.wait_exit(&p.process_id).await;
+    assert_eq!(w.process.expect("process").exit_code, Some(7));
+}
+
+#[tokio::test]
+async fn a_chosen_id_whose_directory_exists_is_refused_and_the_directory_left_alone() {
+    let d = TestDaemon::start().await;
+    let c = d.session();
+    d.idle_holders_ready().await;
+    // An empty directory nobody registered (a plain rename would silently replace it).
+    let id = "3c1d2e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f";
+    let planted = d.state.join("procs").join(id);
+    std::fs::create_dir(&planted).expect("plant");
+    let r = c
+        .exec_with(pb::ExecRequest {
+            process_id: Some(id.to_string()),
+            ..exec_req("echo taken")
+        })
+        .await;
+    assert_eq!(r.status, pb::ExecStatus::FailedToStart as i32);
+    assert!(r.error.contains("already in use"), "{}", r.error);
+    assert_eq!(
+        std::fs::read_dir(&planted).expect("still there").count(),
+        0,
+        "the directory was not replaced"
+    );
+    // The next exec still gets a process of its own.
+    let r = c.exec("echo fine").await;
+    assert_eq!(r.process.expect("process").exit_code, Some(0));
+}
