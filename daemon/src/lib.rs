@@ -145,9 +145,11 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<Ended
     #[cfg(target_os = "linux")]
     process::spawn::holder_program();
     let lost = recovery::recover(&daemon);
+    let bound = listener::bind(&config.socket)?;
+    // Only once the socket is bound: binding narrows the process's umask for a moment, and a
+    // zygote or holder spawned meanwhile would keep it, and hand it to every command.
     #[cfg(unix)]
     tokio::task::spawn_blocking(move || holders.refill());
-    let bound = listener::bind(&config.socket)?;
     tracing::info!(
         pid = std::process::id(),
         version = yieldshell_proto::VERSION,

@@ -68,7 +68,9 @@ fn from_systemd() -> Option<std::os::unix::net::UnixListener> {
     Some(listener)
 }
 
-/// Binds `socket` (or adopts a systemd-activated one). Call only while holding the instance lock.
+/// Binds `socket` (or adopts a systemd-activated one). Call only while holding the instance lock,
+/// and before anything is spawned: the process's umask is 0177 while the socket is created, and
+/// a child forked meanwhile would keep it.
 pub fn bind(socket: &Path) -> Result<BoundSocket, BindError> {
     if let Some(std_listener) = from_systemd() {
         std_listener

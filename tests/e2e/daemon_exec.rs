@@ -113,6 +113,38 @@ async fn managed_processes_inherit_only_stdio_and_a_clean_signal_state() {
     assert!(text.contains("SigBlk:\t0000000000000000"), "{text}");
 }
 
+/// This process's umask (from `/proc/self/status`: reading it with umask(2) would change it
+/// for a moment under the other tests' threads).
+fn own_umask() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").expect("status");
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Umask:"))
+        .expect("Umask line");
+    line.trim().to_string()
+}
+
+#[tokio::test]
+async fn commands_run_under_the_users_umask_not_the_daemons_private_one() {
+    // The daemon (started by this test) has this process's umask; its holders work under 077
+    // for their own files, which a command must not inherit: a build would make every file
+    // private.
+    let d = TestDaemon::start().await;
+    let c = d.session();
+    let want = own_umask();
+    for tty in [false, true] {
+        let r = c
+            .exec_with(pb::ExecRequest {
+                tty,
+                yield_ms: Some(30_000),
+                ..exec_req("umask")
+            })
+            .await;
+        let out = String::from_utf8(r.output.expect("output").stdout).expect("utf8");
+        assert_eq!(out.trim(), want, "tty={tty}");
+    }
+}
+
 #[tokio::test]
 async fn write_reaches_stdin_and_eof_ends_cat() {
     let d = TestDaemon::start().await;

@@ -17,7 +17,8 @@ fn spares(d: &TestDaemon) -> Vec<std::path::PathBuf> {
         .unwrap_or_default()
 }
 
-/// Pids of the idle holders waiting in `<state>/spare` (their working directory is there).
+/// Pids of the idle holders and their launchers waiting in `<state>/spare` (their working
+/// directory is there).
 fn idle_holders(d: &TestDaemon) -> Vec<i32> {
     let Ok(spare) = std::fs::canonicalize(d.state.join("spare")) else {
         return Vec::new();
@@ -50,9 +51,23 @@ async fn idle_holders_wait_in_private_spare_directories_that_go_with_them_howeve
             "an idle holder's exit file says nothing yet"
         );
     }
-    assert_eq!(idle_holders(&d).len(), spares(&d).len());
+    // Each spare has its holder and the holder's launcher: the shell's process, started ahead.
+    let mut names: Vec<String> = idle_holders(&d)
+        .into_iter()
+        .map(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .unwrap_or_default()
+                .trim_end()
+                .to_string()
+        })
+        .collect();
+    names.sort();
+    let n = spares(&d).len();
+    let mut want = vec!["yieldshell-hold".to_string(); n];
+    want.extend(vec!["yieldshell-lnch".to_string(); n]);
+    assert_eq!(names, want);
     // kill -9: nobody tells the idle holders; their connection closes and each removes its
-    // own directory as it exits.
+    // own directory, ends its launcher and exits.
     d.kill9();
     eventually(
         "the idle holders to remove their spares and exit",

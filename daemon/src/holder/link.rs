@@ -52,7 +52,27 @@ impl Held {
 /// has it (a holder from the pool), which spares a `/proc` read on the `exec` path.
 fn greeted(sock: UnixStream, known: Option<Identity>) -> io::Result<Held> {
     sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    let (kind, payload, stdin) = recv_frame_with_fd(&sock)?;
+    let (hello, stdin) = read_hello(&sock)?;
+    sock.set_read_timeout(None)?;
+    let holder = match known {
+        Some(id) if id.pid == hello.holder_pid => id,
+        _ => tree::identify(hello.holder_pid).unwrap_or(Identity {
+            pid: hello.holder_pid,
+            start_time: 0,
+        }),
+    };
+    Ok(Held {
+        hello,
+        holder,
+        stdin,
+        sock,
+    })
+}
+
+/// Reads a [`Hello`] (a [`Kind::Failed`] is the holder's error), with stdin's write end while
+/// stdin is open.
+fn read_hello(sock: &UnixStream) -> io::Result<(Hello, Option<OwnedFd>)> {
+    let (kind, payload, stdin) = recv_frame_with_fd(sock)?;
     match kind {
         Kind::Hello => {}
         Kind::Failed => {
@@ -67,21 +87,19 @@ fn greeted(sock: UnixStream, known: Option<Identity>) -> io::Result<Held> {
             ));
         }
     }
-    sock.set_read_timeout(None)?;
     let hello = Hello::decode(&payload)?;
-    let holder = match known {
-        Some(id) if id.pid == hello.holder_pid => id,
-        _ => tree::identify(hello.holder_pid).unwrap_or(Identity {
-            pid: hello.holder_pid,
-            start_time: 0,
-        }),
-    };
-    Ok(Held {
-        stdin: if hello.stdin_open { stdin } else { None },
-        hello,
-        holder,
-        sock,
-    })
+    let stdin = if hello.stdin_open { stdin } else { None };
+    Ok((hello, stdin))
+}
+
+/// A prepared holder's launcher (`super::launcher`): the shell's process, waiting for the spec
+/// on a socket the daemon writes to, and the holder's greeting for it.
+#[derive(Debug)]
+struct Launch {
+    /// The daemon's end of the launcher's socket.
+    pipe: OwnedFd,
+    hello: Hello,
+    stdin: Option<OwnedFd>,
 }
 
 /// An idle holder, waiting for its spec.
@@ -93,6 +111,8 @@ pub struct Idle {
     /// Its spare directory (Linux), where its socket and exit file already are: the `exec`
     /// renames it to the process directory instead of creating one.
     spare: Option<PathBuf>,
+    /// Its launcher, when it has one (Linux).
+    launch: Option<Launch>,
 }
 
 impl Idle {
@@ -262,6 +282,7 @@ impl HolderPool {
                 sock,
                 id,
                 spare: None,
+                launch: None,
             });
         };
         let n = self
@@ -270,10 +291,11 @@ impl HolderPool {
         let dir = root.join(format!("{}-{n}", std::process::id()));
         crate::record::create_private_dir(&dir)?;
         match prepare(&sock, &dir) {
-            Ok(()) => Ok(Idle {
+            Ok(launch) => Ok(Idle {
                 sock,
                 id,
                 spare: Some(dir),
+                launch,
             }),
             Err(e) => {
                 // The holder exits once its socket closes; the directory is removed here, as
@@ -346,26 +368,38 @@ impl HolderPool {
 /// and the kernel takes this much in one write without blocking.
 const INLINE_SPEC_BYTES: usize = 64 * 1024;
 
-/// Has a new holder prepare in the spare directory `dir` and waits for it to say it has.
-fn prepare(sock: &UnixStream, dir: &Path) -> io::Result<()> {
+/// Has a new holder prepare in the spare directory `dir` and waits for it to say it has: with
+/// its launcher's spec pipe and greeting when it started one.
+fn prepare(sock: &UnixStream, dir: &Path) -> io::Result<Option<Launch>> {
     use std::os::unix::ffi::OsStrExt;
     let frame = Encoder::new(Kind::Prepare)
         .rest(dir.as_os_str().as_bytes())
         .finish();
     (&mut &*sock).write_all(&frame)?;
     sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    let (kind, payload, _) = recv_frame_with_fd(sock)?;
+    let (kind, payload, pipe) = recv_frame_with_fd(sock)?;
+    let launch = match kind {
+        Kind::Ready => match pipe {
+            Some(pipe) => {
+                let (hello, stdin) = read_hello(sock)?;
+                Some(Launch { pipe, hello, stdin })
+            }
+            None => None,
+        },
+        Kind::Failed => {
+            return Err(io::Error::other(
+                String::from_utf8_lossy(&payload).into_owned(),
+            ));
+        }
+        _ => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the holder did not say it was ready",
+            ));
+        }
+    };
     sock.set_read_timeout(None)?;
-    match kind {
-        Kind::Ready => Ok(()),
-        Kind::Failed => Err(io::Error::other(
-            String::from_utf8_lossy(&payload).into_owned(),
-        )),
-        _ => Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "the holder did not say it was ready",
-        )),
-    }
+    Ok(launch)
 }
 
 /// Starts a holder for `spec` and waits until it has started the shell: `idle` (taken from the
@@ -383,6 +417,7 @@ pub async fn start(
     let Some(Idle {
         sock: mut ours,
         id: known,
+        launch,
         ..
     }) = idle
     else {
@@ -395,6 +430,36 @@ pub async fn start(
         .await
         .map_err(io::Error::other)?;
     };
+    // A terminal needs a shell of its own: the holder ends its launcher (whose pipe and stdin
+    // go here) and greets anew once it started one.
+    if let Some(launch) = launch.filter(|_| spec.terminal.is_none()) {
+        // The holder first, so it knows how to keep the output before there is any; then the
+        // launcher, which runs the command. Nothing to wait for: the holder greeted already.
+        let Launch { pipe, hello, stdin } = launch;
+        let held = Held {
+            hello,
+            holder: known,
+            stdin,
+            sock: ours,
+        };
+        let mut pipe = UnixStream::from(pipe);
+        let (held, pipe) = if frame.len() <= INLINE_SPEC_BYTES {
+            // An empty socket takes this much at once.
+            (&held.sock).write_all(&frame)?;
+            pipe.write_all(&frame)?;
+            (held, pipe)
+        } else {
+            tokio::task::spawn_blocking(move || {
+                (&held.sock).write_all(&frame)?;
+                pipe.write_all(&frame)?;
+                Ok::<_, io::Error>((held, pipe))
+            })
+            .await
+            .map_err(io::Error::other)??
+        };
+        launched(pipe).await?;
+        return Ok(held);
+    }
     if frame.len() > INLINE_SPEC_BYTES {
         return tokio::task::spawn_blocking(move || {
             let sent = ours.write_all(&frame);
@@ -424,6 +489,28 @@ pub async fn start(
         greeted(sock, Some(known))
     };
     with_send_error(answer.await, sent)
+}
+
+/// Waits for the launcher to run the shell: its socket is close-on-exec, so EOF says the shell
+/// runs; anything else is why it could not (the launcher then exits 127, and the `exec` fails to
+/// start as a spawn would). Answered by the exec itself (about a tenth of a millisecond), while
+/// nothing else of the `exec` waits on it.
+async fn launched(pipe: UnixStream) -> io::Result<()> {
+    use tokio::io::AsyncReadExt;
+    pipe.set_nonblocking(true)?;
+    let mut pipe = tokio::net::UnixStream::from_std(pipe)?.take(4096);
+    let mut why = Vec::new();
+    let read = pipe.read_to_end(&mut why);
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, read).await {
+        Ok(Ok(_)) if why.is_empty() => Ok(()),
+        Ok(Ok(_)) => Err(io::Error::other(String::from_utf8_lossy(&why).into_owned())),
+        // A reset is the launcher gone without a word (killed).
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the shell did not start in time",
+        )),
+    }
 }
 
 /// The holder's answer, or why there was none: a holder that could not start the shell says

@@ -17,6 +17,8 @@
 //! [`Hello`], sent with the stdin pipe's write end (SCM_RIGHTS) while stdin is open — or, for
 //! a terminal process, a duplicate of the PTY master ([`terminal`]).
 
+#[cfg(target_os = "linux")]
+pub mod launcher;
 pub mod link;
 pub mod serve;
 pub mod terminal;

@@ -32,7 +32,7 @@ use crate::output::Stream;
 use crate::output::spool::{SpoolBuffer, SpoolFiles};
 use crate::policy::redact::{RedactStream, Redactor};
 use crate::process::reaper::ExitHow;
-use crate::process::spawn::{SpawnSpec, spawn_shell};
+use crate::process::spawn::{Shell, SpawnSpec, spawn_shell};
 use crate::process::tree::{self, Identity};
 
 /// Queued bytes for the daemon above which the pipes are not read.
@@ -60,8 +60,8 @@ fn run() -> io::Result<()> {
     #[cfg(not(target_os = "linux"))]
     close_stray_fds();
     detach_stdio();
-    // The exit file and the socket are the user's alone.
-    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+    // The exit file and the socket are the user's alone; the shell gets the user's umask back.
+    let user_umask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     // Set up while idle, before the spec: an idle holder waits in the pool, and whatever it
     // does after the spec arrives is on the `exec`'s path.
     prepare_signals()?;
@@ -72,7 +72,7 @@ fn run() -> io::Result<()> {
             Ok(frame) => frame,
             Err(e) => {
                 // The daemon let this idle holder go (it exited, or drained its pool): the
-                // spare directory goes with it.
+                // spare directory (and the launcher) go with it.
                 if let Some(p) = prepared.take() {
                     Prepared::discard(p);
                 }
@@ -82,11 +82,8 @@ fn run() -> io::Result<()> {
         match kind {
             Kind::Prepare if prepared.is_none() => {
                 let dir = PathBuf::from(std::ffi::OsStr::from_bytes(&payload));
-                match Prepared::make(dir) {
-                    Ok(p) => {
-                        prepared = Some(p);
-                        send_with_fd(&first, &super::Encoder::new(Kind::Ready).finish(), None)?;
-                    }
+                match Prepared::make(dir, user_umask) {
+                    Ok(p) => prepared = Some(p.announce(&first)?),
                     Err(e) => {
                         let frame = super::Encoder::new(Kind::Failed)
                             .rest(e.to_string().as_bytes())
@@ -108,53 +105,42 @@ fn run() -> io::Result<()> {
     let dir = PathBuf::from(std::ffi::OsStr::from_bytes(&spec.dir));
     // A prepared holder already works in its directory, which the daemon renamed to `dir`
     // (the working directory follows a rename); its socket and exit file are there too.
-    let (listener, exit_file) = match prepared {
-        Some(p) => (Some(p.listener), Some(p.exit_file)),
+    let terminal = spec.terminal.is_some();
+    // The launcher is already running the command (the daemon wrote it the spec too).
+    let (listener, exit_file, launched) = match prepared {
+        Some(p) => {
+            let (listener, exit_file, launched) = p.into_parts(terminal);
+            (Some(listener), Some(exit_file), launched)
+        }
         None => {
             std::env::set_current_dir(&dir)?;
-            (None, None)
+            (None, None, None)
         }
     };
-    // Everything the holder needs is ready before the shell starts: from then on the process
-    // runs, and the sooner the daemon hears of it the better.
+    let greeted = launched.is_some();
+    let (shell, identity) = match launched {
+        Some(launched) => launched,
+        None => {
+            let shell = match spawn(&spec, user_umask) {
+                Ok(s) => s,
+                Err(e) => {
+                    let frame = super::Encoder::new(Kind::Failed)
+                        .rest(e.to_string().as_bytes())
+                        .finish();
+                    let _ = send_with_fd(&first, &frame, None);
+                    return Err(e);
+                }
+            };
+            let identity = tree::identify(shell.pid).unwrap_or(Identity {
+                pid: shell.pid,
+                start_time: 0,
+            });
+            (shell, identity)
+        }
+    };
     let redactor = Redactor::from_pairs(spec.redact);
     let spool = (spec.spool_cap > 0)
         .then(|| (SpoolBuffer::new(), SpoolFiles::create(&dir, spec.spool_cap)));
-    let shell_spec = SpawnSpec {
-        command: spec.command.clone(),
-        cwd: PathBuf::from(std::ffi::OsStr::from_bytes(&spec.cwd)),
-        env: spec
-            .env
-            .iter()
-            .map(|(k, v)| {
-                (
-                    std::ffi::OsStr::from_bytes(k).to_os_string(),
-                    std::ffi::OsStr::from_bytes(v).to_os_string(),
-                )
-            })
-            .collect(),
-        process_id: spec.process_id.clone(),
-    };
-    let terminal = spec.terminal.is_some();
-    let started = match spec.terminal {
-        Some(size) => super::terminal::start(&shell_spec, size),
-        None => spawn_shell(&shell_spec),
-    };
-    let shell = match started {
-        Ok(s) => s,
-        Err(e) => {
-            let frame = super::Encoder::new(Kind::Failed)
-                .rest(e.to_string().as_bytes())
-                .finish();
-            let _ = send_with_fd(&first, &frame, None);
-            return Err(e);
-        }
-    };
-    drop(shell_spec);
-    let identity = tree::identify(shell.pid).unwrap_or(Identity {
-        pid: shell.pid,
-        start_time: 0,
-    });
     let mut h = Holder {
         shell: identity,
         holder_pid: std::process::id() as i32,
@@ -186,7 +172,13 @@ fn run() -> io::Result<()> {
         None => bind_socket()?,
     };
     h.listener = Some(listener);
-    if let Err(e) = h.connect(first) {
+    let connected = if greeted {
+        // The daemon was greeted while this holder was idle (`Prepared::announce`).
+        h.keep(first)
+    } else {
+        h.connect(first)
+    };
+    if let Err(e) = connected {
         // The daemon died before it heard of the shell: its `exec` failed, and a daemon that
         // recovers meanwhile may already have looked for leftovers. The shell must not run on
         // unsupervised: its group goes now.
@@ -411,6 +403,12 @@ impl Holder {
         sock.set_nonblocking(true)?;
         let stdin = self.stdin.as_ref().map(AsRawFd::as_raw_fd);
         send_with_fd(&sock, &self.hello().encode(), stdin)?;
+        self.keep(sock)
+    }
+
+    /// Makes `sock`, whose daemon has been greeted already, the daemon's connection.
+    fn keep(&mut self, sock: UnixStream) -> io::Result<()> {
+        sock.set_nonblocking(true)?;
         self.conn = Some(Conn {
             sock,
             out: Vec::new(),
@@ -773,19 +771,46 @@ fn bind_socket() -> io::Result<UnixListener> {
     Ok(listener)
 }
 
+/// Starts the shell the usual way (no launcher: an unprepared holder, or a terminal), under the
+/// user's umask rather than the holder's.
+fn spawn(spec: &HoldSpec, user_umask: nix::sys::stat::Mode) -> io::Result<Shell> {
+    use nix::sys::stat::umask;
+    let os = |b: &[u8]| std::ffi::OsStr::from_bytes(b).to_os_string();
+    let shell_spec = SpawnSpec {
+        command: spec.command.clone(),
+        cwd: os(&spec.cwd).into(),
+        env: spec.env.iter().map(|(k, v)| (os(k), os(v))).collect(),
+        process_id: spec.process_id.clone(),
+    };
+    // The holder is single-threaded: nothing else creates a file while the umask is the user's.
+    let holders = umask(user_umask);
+    let started = match spec.terminal {
+        Some(size) => super::terminal::start(&shell_spec, size),
+        None => spawn_shell(&shell_spec),
+    };
+    umask(holders);
+    started
+}
+
 /// What an idle holder sets up in its spare directory before any `exec` needs it (the daemon's
-/// `Prepare`): the two files a holder creates, made while nothing waits for them. Creating a
-/// file or binding a socket allocates an inode, which on some filesystems (ext4 without a
-/// journal scans for recently deleted inodes) costs 0.1–0.2 ms each; the `exec` then pays only
-/// the daemon's rename of the directory.
+/// `Prepare`): the two files a holder creates, made while nothing waits for them, and on Linux
+/// the shell's process itself ([`super::launcher`]). Creating a file or binding a socket
+/// allocates an inode, which on some filesystems (ext4 without a journal scans for recently
+/// deleted inodes) costs 0.1–0.2 ms each; a fork and a holder's wake-up cost as much again. The
+/// `exec` then pays only the daemon's rename of the directory and one wake-up, the launcher's.
 struct Prepared {
     dir: PathBuf,
     listener: UnixListener,
     exit_file: std::fs::File,
+    #[cfg(target_os = "linux")]
+    launcher: Option<super::launcher::Launcher>,
+    /// The launcher's spec pipe, until it is handed to the daemon.
+    #[cfg(target_os = "linux")]
+    launch: Option<OwnedFd>,
 }
 
 impl Prepared {
-    fn make(dir: PathBuf) -> io::Result<Prepared> {
+    fn make(dir: PathBuf, user_umask: nix::sys::stat::Mode) -> io::Result<Prepared> {
         use std::os::unix::fs::OpenOptionsExt;
         std::env::set_current_dir(&dir)?;
         let listener = bind_socket()?;
@@ -795,15 +820,90 @@ impl Prepared {
             .truncate(true)
             .mode(0o600)
             .open(EXIT_FILE)?;
+        #[cfg(target_os = "linux")]
+        let (launcher, launch) = match super::launcher::Launcher::start(user_umask.bits()) {
+            Ok((l, w)) => (Some(l), Some(w)),
+            Err(_) => (None, None),
+        };
+        #[cfg(not(target_os = "linux"))]
+        let _ = user_umask;
         Ok(Prepared {
             dir,
             listener,
             exit_file,
+            #[cfg(target_os = "linux")]
+            launcher,
+            #[cfg(target_os = "linux")]
+            launch,
         })
     }
 
-    /// Removes the spare directory of a holder that was never used.
+    /// Tells the daemon this holder is ready: `Ready`, with the launcher's spec pipe when there
+    /// is a launcher, then the launcher's `Hello` (with its stdin), as a holder greets once its
+    /// shell runs — the daemon has all it needs before the `exec`.
+    fn announce(mut self, sock: &UnixStream) -> io::Result<Prepared> {
+        let ready = super::Encoder::new(Kind::Ready).finish();
+        #[cfg(target_os = "linux")]
+        if let (Some(l), Some(launch)) = (self.launcher.as_ref(), self.launch.take()) {
+            send_with_fd(sock, &ready, Some(launch.as_raw_fd()))?;
+            // Dropped here: the daemon holds the only write end, so its death ends the wait.
+            drop(launch);
+            let hello = Hello {
+                holder_pid: std::process::id() as i32,
+                shell_pid: l.identity.pid,
+                shell_start_time: l.identity.start_time,
+                next_seq: 1,
+                exit: None,
+                eof: 0,
+                dropped: 0,
+                stdin_open: true,
+                terminal: false,
+            };
+            send_with_fd(sock, &hello.encode(), Some(l.stdin.as_raw_fd()))?;
+            return Ok(self);
+        }
+        send_with_fd(sock, &ready, None)?;
+        Ok(self)
+    }
+
+    /// What the holder keeps once its spec came: the socket, the exit file, and the launcher as
+    /// the shell with its identity — unless the command wants a terminal, which needs a shell
+    /// of its own (the launcher then goes).
+    fn into_parts(
+        self,
+        terminal: bool,
+    ) -> (UnixListener, std::fs::File, Option<(Shell, Identity)>) {
+        #[cfg(target_os = "linux")]
+        let shell = match self.launcher {
+            Some(l) if terminal => {
+                l.discard();
+                None
+            }
+            Some(l) => Some((
+                Shell {
+                    pid: l.identity.pid,
+                    stdin: l.stdin,
+                    stdout: l.stdout,
+                    stderr: l.stderr,
+                },
+                l.identity,
+            )),
+            None => None,
+        };
+        #[cfg(not(target_os = "linux"))]
+        let shell = {
+            let _ = terminal;
+            None
+        };
+        (self.listener, self.exit_file, shell)
+    }
+
+    /// Removes the spare directory of a holder that was never used, and ends its launcher.
     fn discard(self) {
+        #[cfg(target_os = "linux")]
+        if let Some(l) = self.launcher {
+            l.discard();
+        }
         drop(self.listener);
         let _ = std::fs::remove_file(SOCKET_NAME);
         let _ = std::fs::remove_file(EXIT_FILE);

@@ -37,7 +37,7 @@ pub struct SpawnSpec {
 
 /// Bigger pipes mean fewer wake-ups per megabyte for chatty processes (Linux only; best effort).
 #[cfg(target_os = "linux")]
-fn enlarge_pipe(fd: &impl std::os::fd::AsRawFd) {
+pub(crate) fn enlarge_pipe(fd: &impl std::os::fd::AsRawFd) {
     // SAFETY: F_SETPIPE_SZ on a pipe fd we own; failure (e.g. above the user's limit) is harmless.
     unsafe {
         libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20);
@@ -107,7 +107,7 @@ fn cstring(b: Vec<u8>, what: &str) -> io::Result<CString> {
 
 /// `sh -c COMMAND`'s argv, envp (with the process marker) and working directory.
 #[cfg(target_os = "linux")]
-fn shell_strings(spec: &SpawnSpec) -> io::Result<([CString; 3], Vec<CString>, CString)> {
+pub(crate) fn shell_strings(spec: &SpawnSpec) -> io::Result<([CString; 3], Vec<CString>, CString)> {
     use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
     let argv = [
