@@ -145,7 +145,11 @@ impl Bench {
         } else {
             Some(install_original(venv)?)
         };
-        let dir = tempfile::Builder::new().prefix("ysb-").tempdir_in("/tmp")?;
+        // /tmp unless TMPDIR says otherwise: a short path (socket addresses are ~107 bytes at
+        // most), and TMPDIR lets a run use a tmpfs, away from one filesystem's cost of creating
+        // files (docs/BENCHMARKS.md).
+        let root = std::env::var_os("TMPDIR").map_or_else(|| "/tmp".into(), PathBuf::from);
+        let dir = tempfile::Builder::new().prefix("ysb-").tempdir_in(root)?;
         let work = dir.path().join("work");
         std::fs::create_dir_all(&work)?;
         let socket = dir.path().join("run").join("d.sock");
