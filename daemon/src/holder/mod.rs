@@ -16,6 +16,13 @@
 //! (length counts the kind byte and the payload). The holder's first frame on every connection is
 //! [`Hello`], sent with the stdin pipe's write end (SCM_RIGHTS) while stdin is open — or, for
 //! a terminal process, a duplicate of the PTY master ([`terminal`]).
+//!
+//! An idle holder from the daemon's pool (Linux) is first told to prepare ([`Kind::Prepare`]): it
+//! waits in a spare directory with its socket bound and its exit file created, and forks its
+//! [`launcher`], the shell's process waiting for its command; it answers [`Kind::Ready`] with the
+//! launcher's socket and greets for the launcher at once. The `exec` then renames the spare
+//! directory into place and writes the spec to the holder and to the launcher
+//! (ARCHITECTURE.md, "Idle holders and the exec's path").
 
 #[cfg(target_os = "linux")]
 pub mod launcher;
