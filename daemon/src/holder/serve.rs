@@ -841,6 +841,7 @@ impl Prepared {
     /// Tells the daemon this holder is ready: `Ready`, with the launcher's spec pipe when there
     /// is a launcher, then the launcher's `Hello` (with its stdin), as a holder greets once its
     /// shell runs — the daemon has all it needs before the `exec`.
+    #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
     fn announce(mut self, sock: &UnixStream) -> io::Result<Prepared> {
         let ready = super::Encoder::new(Kind::Ready).finish();
         #[cfg(target_os = "linux")]
