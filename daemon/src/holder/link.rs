@@ -121,6 +121,25 @@ impl Idle {
     pub fn spare_dir(&self) -> Option<&Path> {
         self.spare.as_deref()
     }
+
+    /// Whether the holder and its launcher still wait: neither ever speaks while idle, so a
+    /// readable end (EOF or a reset) means one of them died (killed, or the OOM killer). One
+    /// non-blocking `poll`, so a dead one is let go before an `exec` pays for it.
+    fn waiting(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let fd = |raw| libc::pollfd {
+            fd: raw,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let mut fds = [fd(self.sock.as_raw_fd()), fd(-1)];
+        if let Some(launch) = &self.launch {
+            fds[1] = fd(launch.pipe.as_raw_fd());
+        }
+        // SAFETY: two initialised pollfd entries (a negative fd is ignored); no wait.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
+        ready == 0
+    }
 }
 
 /// Holders started ahead of need, each waiting for its spec: `exec` then pays for a message,
@@ -262,9 +281,20 @@ impl HolderPool {
         None
     }
 
-    /// An idle holder, if one is ready.
+    /// An idle holder, if one is ready. One whose holder or launcher died while it waited is
+    /// let go instead (dropping it closes its sockets: a holder still alive removes its spare
+    /// directory and exits): handed out, its `exec` would fail.
     pub fn take_idle(&self) -> Option<Idle> {
-        self.idle().pop()
+        loop {
+            let idle = self.idle().pop()?;
+            if idle.waiting() {
+                return Some(idle);
+            }
+            tracing::warn!(
+                holder = idle.id.pid,
+                "an idle holder or its launcher died while it waited; not used"
+            );
+        }
     }
 
     /// A new idle holder for the pool: spawned, identified, and (with a spare root) prepared in
