@@ -6,7 +6,7 @@
 
 use yieldshell_proto::pb;
 
-use crate::helper::{TestDaemon, eventually, exec_req, holders_in};
+use crate::helper::{TestDaemon, eventually, exec_req, fd_count, holders_in, zombies_of};
 
 /// Pids of the launchers waiting in `<state>/spare` (their working directory is there).
 fn idle_launchers(d: &TestDaemon) -> Vec<i32> {
@@ -168,4 +168,192 @@ async fn stdin_given_to_a_launched_shell_and_written_later_reaches_it() {
     assert_eq!(w.process.expect("process").exit_code, Some(0));
     let (out, _) = c.read_all(&id, 1 << 20).await;
     assert_eq!(out, b"one\ntwo\n");
+}
+
+#[tokio::test]
+async fn many_execs_through_launchers_leak_no_descriptor_and_leave_no_zombie() {
+    let d = TestDaemon::start().await;
+    let c = d.session();
+    c.exec("true").await;
+    d.idle_holders_ready().await;
+    let daemon = d.pid();
+    let base = fd_count(daemon);
+    // Every way an exec ends on the launcher path: run, cannot run, idle launcher dead, and a
+    // terminal (whose holder ends its launcher and spawns the shell itself).
+    let too_long = format!("true {}", "x".repeat(200 * 1024));
+    for n in 0..200 {
+        match n % 50 {
+            7 => {
+                let r = c.exec(&too_long).await;
+                assert_eq!(r.status, pb::ExecStatus::FailedToStart as i32, "{r:?}");
+            }
+            13 => {
+                for pid in idle_launchers(&d) {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                let r = c.exec("true").await;
+                assert_eq!(
+                    r.process.expect("process").exit_code,
+                    Some(0),
+                    "{}",
+                    r.error
+                );
+            }
+            21 => {
+                let r = c
+                    .exec_with(pb::ExecRequest {
+                        tty: true,
+                        yield_ms: Some(10_000),
+                        ..exec_req("true")
+                    })
+                    .await;
+                assert_eq!(
+                    r.process.expect("process").exit_code,
+                    Some(0),
+                    "{}",
+                    r.error
+                );
+            }
+            _ => {
+                let r = c.exec("true").await;
+                assert_eq!(
+                    r.process.expect("process").exit_code,
+                    Some(0),
+                    "{}",
+                    r.error
+                );
+            }
+        }
+    }
+    d.idle_holders_ready().await;
+    eventually(
+        "the daemon back to its descriptors, no zombie, no holder of an ended process",
+        || async {
+            let fds = fd_count(daemon);
+            (fds <= base && zombies_of(daemon).is_empty() && holders_in(&d.state).is_empty())
+                .then_some(())
+        },
+    )
+    .await;
+    // A running process's holder has no zombie either: its launcher was the shell, and a
+    // terminal's holder reaped the launcher it ended.
+    let r = c
+        .exec_with(pb::ExecRequest {
+            tty: true,
+            yield_ms: Some(0),
+            ..exec_req("sleep 60")
+        })
+        .await;
+    let p = r.process.expect("process");
+    let holders = eventually("the terminal process's holder", || async {
+        let h = holders_in(&d.state);
+        (!h.is_empty()).then_some(h)
+    })
+    .await;
+    for (holder, _) in holders {
+        assert!(
+            zombies_of(holder.pid).is_empty(),
+            "zombies under the holder"
+        );
+    }
+    c.stop(&p.process_id, "KILL", 0).await.expect("stop");
+    c.wait_exit(&p.process_id).await;
+}
+
+#[tokio::test]
+async fn a_burst_with_huge_specs_survives_a_daemon_crash_with_every_exit_code() {
+    let mut d = TestDaemon::start().await;
+    let c = d.session();
+    d.idle_holders_ready().await;
+    // Concurrent execs empty the pool (the later ones get holders started on the spot, with no
+    // spare directory and no launcher); every spec is over 64 KiB (a 100 KiB variable), so each
+    // is written on the blocking path.
+    let big = "b".repeat(100 * 1024);
+    let starts: Vec<_> = (0..8)
+        .map(|n| {
+            let req = pb::ExecRequest {
+                env: vec![pb::EnvVar {
+                    name: b"BIG".to_vec(),
+                    value: big.clone().into_bytes(),
+                }],
+                yield_ms: Some(0),
+                ..exec_req(&format!("echo ${{#BIG}}; read line; exit {}", 10 + n))
+            };
+            let c = d.session();
+            tokio::spawn(async move { c.exec_with(req).await })
+        })
+        .collect();
+    let mut started = Vec::new();
+    for s in starts {
+        started.push(s.await.expect("exec task"));
+    }
+    let mut ids = Vec::new();
+    for r in &started {
+        assert!(r.error.is_empty(), "{r:?}");
+        ids.push(r.process.clone().expect("process"));
+    }
+    for p in &ids {
+        eventually("the variable's length printed", || async {
+            let (out, _) = c.read_all(&p.process_id, 1 << 20).await;
+            (out == b"102400\n").then_some(())
+        })
+        .await;
+    }
+    d.kill9();
+    d.spawn().await;
+    let c = d.session();
+    let after = c.list(pb::Scope::All, true).await;
+    for (n, p) in ids.iter().enumerate() {
+        let now = after
+            .iter()
+            .find(|q| q.process_id == p.process_id)
+            .expect("listed after the crash");
+        assert_eq!(now.status, pb::ProcessStatus::Running as i32, "{now:?}");
+        assert_eq!(now.pid, p.pid, "the same process");
+        c.write(&p.process_id, b"go\n", true).await.expect("write");
+        let w = c.wait_exit(&p.process_id).await;
+        assert_eq!(w.process.expect("process").exit_code, Some(10 + n as i32));
+    }
+}
+
+#[tokio::test]
+async fn a_cwd_removed_after_validation_fails_the_start_and_leaves_nothing_behind() {
+    // The exec pauses (fault injection) after its checks and its process directory, before the
+    // launcher gets the spec: the directory goes meanwhile.
+    let d = TestDaemon::start_with_env(&[("YIELDSHELL_TEST_FAULTS", "spawn_delay:CWDGONE")]).await;
+    d.idle_holders_ready().await;
+    let cwd = tempfile::tempdir().expect("cwd");
+    let exec = {
+        let c = d.session();
+        let req = pb::ExecRequest {
+            cwd: Some(cwd.path().as_os_str().as_encoded_bytes().to_vec()),
+            yield_ms: Some(10_000),
+            ..exec_req("echo CWDGONE")
+        };
+        tokio::spawn(async move { c.exec_with(req).await })
+    };
+    eventually("the exec to create its process directory", || async {
+        std::fs::read_dir(d.state.join("procs"))
+            .ok()?
+            .next()
+            .is_some()
+            .then_some(())
+    })
+    .await;
+    std::fs::remove_dir(cwd.path()).expect("remove the cwd");
+    let r = exec.await.expect("exec task");
+    assert_eq!(r.status, pb::ExecStatus::FailedToStart as i32, "{r:?}");
+    assert!(r.error.contains("No such file or directory"), "{}", r.error);
+    eventually("nothing left of the failed start", || async {
+        let left = std::fs::read_dir(d.state.join("procs"))
+            .map(|r| r.count())
+            .unwrap_or(0);
+        (left == 0 && holders_in(&d.state).is_empty()).then_some(())
+    })
+    .await;
+    let c = d.session();
+    assert!(c.list(pb::Scope::All, true).await.is_empty());
 }
