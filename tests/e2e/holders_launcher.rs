@@ -357,3 +357,61 @@ async fn a_cwd_removed_after_validation_fails_the_start_and_leaves_nothing_behin
     let c = d.session();
     assert!(c.list(pb::Scope::All, true).await.is_empty());
 }
+
+/// Pids of live `yieldshell-hold` processes waiting in `<state>/spare`.
+fn idle_holder_pids(d: &TestDaemon) -> Vec<i32> {
+    let Ok(spare) = std::fs::canonicalize(d.state.join("spare")) else {
+        return Vec::new();
+    };
+    std::fs::read_dir("/proc")
+        .map(|r| {
+            r.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+                .filter(|pid| {
+                    std::fs::read_link(format!("/proc/{pid}/cwd"))
+                        .is_ok_and(|cwd| cwd.starts_with(&spare))
+                        && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                            .is_ok_and(|c| c.trim_end() == "yieldshell-hold")
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn an_idle_holder_killed_leaves_no_launcher_behind_and_costs_no_exec() {
+    let d = TestDaemon::start().await;
+    let c = d.session();
+    d.idle_holders_ready().await;
+    let launchers = eventually("the idle launchers", || async {
+        let l = idle_launchers(&d);
+        (l.len() >= 2).then_some(l)
+    })
+    .await;
+    for pid in idle_holder_pids(&d) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let r = c.exec("echo fine").await;
+    assert_eq!(
+        r.process.expect("process").exit_code,
+        Some(0),
+        "{}",
+        r.error
+    );
+    // The launchers of the killed holders waited on the daemon's end of their sockets: once the
+    // daemon lets those go they exit, and whoever inherited them reaps them.
+    eventually("the orphaned launchers to be gone", || async {
+        launchers
+            .iter()
+            .all(|pid| {
+                // Gone, or its pid reused; a zombie still shows its name.
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .map_or(true, |s| !s.contains("(yieldshell-lnch)"))
+            })
+            .then_some(())
+    })
+    .await;
+}
