@@ -6,26 +6,13 @@
 
 use yieldshell_proto::pb;
 
-use crate::helper::{TestDaemon, eventually, exec_req, fd_count, holders_in, zombies_of};
+use crate::helper::{
+    TestDaemon, eventually, exec_req, fd_count, holders_in, idle_launchers_in, zombies_of,
+};
 
-/// Pids of the launchers waiting in `<state>/spare` (their working directory is there).
+/// Pids of the launchers waiting in `<state>/spare`.
 fn idle_launchers(d: &TestDaemon) -> Vec<i32> {
-    let Ok(spare) = std::fs::canonicalize(d.state.join("spare")) else {
-        return Vec::new();
-    };
-    std::fs::read_dir("/proc")
-        .map(|r| {
-            r.flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-                .filter(|pid| {
-                    std::fs::read_link(format!("/proc/{pid}/cwd"))
-                        .is_ok_and(|cwd| cwd.starts_with(&spare))
-                        && std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                            .is_ok_and(|c| c.trim_end() == "yieldshell-lnch")
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+    idle_launchers_in(&d.state)
 }
 
 /// Fields of `/proc/<pid>/stat` after the command name: state is index 0, ppid 1, pgrp 2,
