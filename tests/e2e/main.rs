@@ -16,6 +16,7 @@ mod daemon_policy;
 mod daemon_stop;
 mod daemon_until;
 mod holders_crash;
+mod holders_launcher;
 mod holders_restart;
 mod holders_spare;
 mod holders_zygote;

@@ -121,6 +121,25 @@ impl Idle {
     pub fn spare_dir(&self) -> Option<&Path> {
         self.spare.as_deref()
     }
+
+    /// Whether the holder and its launcher still wait: neither ever speaks while idle, so a
+    /// readable end (EOF or a reset) means one of them died (killed, or the OOM killer). One
+    /// non-blocking `poll`, so a dead one is let go before an `exec` pays for it.
+    fn waiting(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let fd = |raw| libc::pollfd {
+            fd: raw,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let mut fds = [fd(self.sock.as_raw_fd()), fd(-1)];
+        if let Some(launch) = &self.launch {
+            fds[1] = fd(launch.pipe.as_raw_fd());
+        }
+        // SAFETY: two initialised pollfd entries (a negative fd is ignored); no wait.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
+        ready == 0
+    }
 }
 
 /// Holders started ahead of need, each waiting for its spec: `exec` then pays for a message,
@@ -262,9 +281,20 @@ impl HolderPool {
         None
     }
 
-    /// An idle holder, if one is ready.
+    /// An idle holder, if one is ready. One whose holder or launcher died while it waited is
+    /// let go instead (dropping it closes its sockets: a holder still alive removes its spare
+    /// directory and exits): handed out, its `exec` would fail.
     pub fn take_idle(&self) -> Option<Idle> {
-        self.idle().pop()
+        loop {
+            let idle = self.idle().pop()?;
+            if idle.waiting() {
+                return Some(idle);
+            }
+            tracing::warn!(
+                holder = idle.id.pid,
+                "an idle holder or its launcher died while it waited; not used"
+            );
+        }
     }
 
     /// A new idle holder for the pool: spawned, identified, and (with a spare root) prepared in
@@ -442,22 +472,34 @@ pub async fn start(
             stdin,
             sock: ours,
         };
-        let mut pipe = UnixStream::from(pipe);
-        let (held, pipe) = if frame.len() <= INLINE_SPEC_BYTES {
-            // An empty socket takes this much at once.
-            (&held.sock).write_all(&frame)?;
-            pipe.write_all(&frame)?;
-            (held, pipe)
-        } else {
-            tokio::task::spawn_blocking(move || {
-                (&held.sock).write_all(&frame)?;
-                pipe.write_all(&frame)?;
-                Ok::<_, io::Error>((held, pipe))
-            })
-            .await
-            .map_err(io::Error::other)??
+        let pipe = UnixStream::from(pipe);
+        let inline = frame.len() <= INLINE_SPEC_BYTES;
+        let send = move |held: Held, mut pipe: UnixStream| {
+            let sent = (&held.sock)
+                .write_all(&frame)
+                .and_then(|()| pipe.write_all(&frame));
+            (held, pipe, sent)
         };
-        launched(pipe).await?;
+        let (held, pipe, sent) = if inline {
+            // An empty socket takes this much at once.
+            send(held, pipe)
+        } else {
+            tokio::task::spawn_blocking(move || send(held, pipe))
+                .await
+                .map_err(io::Error::other)?
+        };
+        let started = match sent {
+            Ok(()) => launched(pipe).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = started {
+            let shell = held.hello.shell_pid;
+            let stuck = e.kind() == io::ErrorKind::TimedOut;
+            tokio::task::spawn_blocking(move || let_go(held.sock, shell, stuck))
+                .await
+                .map_err(io::Error::other)?;
+            return Err(e);
+        }
         return Ok(held);
     }
     if frame.len() > INLINE_SPEC_BYTES {
@@ -489,6 +531,25 @@ pub async fn start(
         greeted(sock, Some(known))
     };
     with_send_error(answer.await, sent)
+}
+
+/// Lets go of a holder whose launcher did not run the command, once the holder is done with
+/// the process directory, which the caller then removes: the holder got the spec too, so it
+/// sets up its output files there and records the launcher's end until it sees its connection
+/// close, and it exits then (its "shell" ended). A launcher that did not answer in time is
+/// ended first (its group: it made itself a session leader), or the holder would wait for it.
+fn let_go(sock: UnixStream, shell: i32, stuck: bool) {
+    use std::io::Read;
+    if stuck {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(shell),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let _ = sock.shutdown(std::net::Shutdown::Write);
+    let _ = sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+    let mut sink = [0u8; 4096];
+    while matches!((&sock).read(&mut sink), Ok(n) if n > 0) {}
 }
 
 /// Waits for the launcher to run the shell: its socket is close-on-exec, so EOF says the shell

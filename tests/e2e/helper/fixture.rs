@@ -15,7 +15,7 @@ use yieldshell_proto::session_config::SessionConfig;
 use super::binaries::bin;
 use super::client::Client;
 use super::poll::{TIMEOUT, eventually};
-use super::procfs::daemon_pids_for;
+use super::procfs::{daemon_pids_for, fd_target, fd_targets, idle_launchers_in};
 
 /// A real daemon on a private socket and state dir.
 pub struct TestDaemon {
@@ -179,15 +179,24 @@ impl TestDaemon {
     /// Waits until the daemon's pool of idle holders is full: each waits in a spare directory
     /// of its own under `<state>/spare`, and the daemon keeps two (its `IDLE_HOLDERS`). A test
     /// that counts the daemon's descriptors takes its baseline after this, or a refill still
-    /// under way would count as a leak.
+    /// under way would count as a leak. A spare directory exists before its holder is ready:
+    /// the pool is full once the daemon holds the stdin of each spare's launcher, the last
+    /// descriptor an idle holder hands it.
     pub async fn idle_holders_ready(&self) {
-        let spare = self.state.join("spare");
-        eventually("the pool of idle holders to be full", || {
-            let spare = spare.clone();
-            async move {
-                let n = std::fs::read_dir(&spare).ok()?.count();
-                (n >= 2).then_some(())
-            }
+        let daemon = self.child.as_ref().map(|c| c.id() as i32);
+        eventually("the pool of idle holders to be full", || async {
+            let n = std::fs::read_dir(self.state.join("spare")).ok()?.count();
+            (n >= 2).then_some(())?;
+            let Some(daemon) = daemon else {
+                return Some(());
+            };
+            let launchers = idle_launchers_in(&self.state);
+            let held = fd_targets(daemon);
+            (launchers.len() >= 2
+                && launchers
+                    .iter()
+                    .all(|l| fd_target(*l, 0).is_some_and(|stdin| held.contains(&stdin))))
+            .then_some(())
         })
         .await;
     }

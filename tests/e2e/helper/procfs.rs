@@ -163,3 +163,35 @@ pub fn holders_in(state: &Path) -> Vec<(Pid, PathBuf)> {
         })
         .collect()
 }
+
+/// Live launchers (`yieldshell-lnch`: the shells forked ahead by idle holders) waiting in a
+/// spare directory under `state` (their working directory is there).
+pub fn idle_launchers_in(state: &Path) -> Vec<i32> {
+    let Ok(spare) = std::fs::canonicalize(state.join("spare")) else {
+        return Vec::new();
+    };
+    all_pids()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim_end() == "yieldshell-lnch")
+                && std::fs::read_link(format!("/proc/{pid}/cwd"))
+                    .is_ok_and(|cwd| cwd.starts_with(&spare))
+        })
+        .collect()
+}
+
+/// What a process's descriptor `fd` is (`/proc/<pid>/fd/<fd>`: a path, or `pipe:[inode]`).
+pub fn fd_target(pid: i32, fd: i32) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()
+}
+
+/// What every open descriptor of a process is (see [`fd_target`]).
+pub fn fd_targets(pid: i32) -> Vec<PathBuf> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
