@@ -7,12 +7,42 @@
 use yieldshell_proto::pb;
 
 use crate::helper::{
-    TestDaemon, eventually, exec_req, fd_count, holders_in, idle_launchers_in, zombies_of,
+    Client, TestDaemon, eventually, exec_req, fd_count, holders_in, idle_holders_in,
+    idle_launchers_in, zombies_of,
 };
 
 /// Pids of the launchers waiting in `<state>/spare`.
 fn idle_launchers(d: &TestDaemon) -> Vec<i32> {
     idle_launchers_in(&d.state)
+}
+
+/// The idle launchers, once the pool is full (each of its holders has handed its launcher over).
+async fn ready_launchers(d: &TestDaemon) -> Vec<i32> {
+    d.idle_holders_ready().await;
+    let launchers = idle_launchers(d);
+    assert!(launchers.len() >= 2, "{launchers:?}");
+    launchers
+}
+
+/// SIGKILLs each of `pids` (one already gone is fine).
+fn kill9(pids: impl IntoIterator<Item = i32>) {
+    for pid in pids {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+/// Runs `command` and asserts it ran and exited 0 (the exec's error says why not).
+async fn exits_zero(c: &Client, command: &str) {
+    let r = c.exec(command).await;
+    assert_eq!(
+        r.process.expect("process").exit_code,
+        Some(0),
+        "{}",
+        r.error
+    );
 }
 
 /// Fields of `/proc/<pid>/stat` after the command name: state is index 0, ppid 1, pgrp 2,
@@ -36,18 +66,8 @@ fn status_line(pid: i32, key: &str) -> String {
 async fn a_launcher_killed_while_idle_is_never_handed_to_an_exec() {
     let d = TestDaemon::start().await;
     let c = d.session();
-    d.idle_holders_ready().await;
-    let launchers = eventually("the idle launchers", || async {
-        let l = idle_launchers(&d);
-        (l.len() >= 2).then_some(l)
-    })
-    .await;
-    for pid in &launchers {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(*pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
+    let launchers = ready_launchers(&d).await;
+    kill9(launchers.iter().copied());
     // Every idle holder lost its launcher: the execs must still run their commands, at once.
     for n in 0..3 {
         let started = std::time::Instant::now();
@@ -175,19 +195,8 @@ async fn many_execs_through_launchers_leak_no_descriptor_and_leave_no_zombie() {
                 assert_eq!(r.status, pb::ExecStatus::FailedToStart as i32, "{r:?}");
             }
             13 => {
-                for pid in idle_launchers(&d) {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-                let r = c.exec("true").await;
-                assert_eq!(
-                    r.process.expect("process").exit_code,
-                    Some(0),
-                    "{}",
-                    r.error
-                );
+                kill9(idle_launchers(&d));
+                exits_zero(&c, "true").await;
             }
             21 => {
                 let r = c
@@ -205,13 +214,7 @@ async fn many_execs_through_launchers_leak_no_descriptor_and_leave_no_zombie() {
                 );
             }
             _ => {
-                let r = c.exec("true").await;
-                assert_eq!(
-                    r.process.expect("process").exit_code,
-                    Some(0),
-                    "{}",
-                    r.error
-                );
+                exits_zero(&c, "true").await;
             }
         }
     }
@@ -345,49 +348,13 @@ async fn a_cwd_removed_after_validation_fails_the_start_and_leaves_nothing_behin
     assert!(c.list(pb::Scope::All, true).await.is_empty());
 }
 
-/// Pids of live `yieldshell-hold` processes waiting in `<state>/spare`.
-fn idle_holder_pids(d: &TestDaemon) -> Vec<i32> {
-    let Ok(spare) = std::fs::canonicalize(d.state.join("spare")) else {
-        return Vec::new();
-    };
-    std::fs::read_dir("/proc")
-        .map(|r| {
-            r.flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-                .filter(|pid| {
-                    std::fs::read_link(format!("/proc/{pid}/cwd"))
-                        .is_ok_and(|cwd| cwd.starts_with(&spare))
-                        && std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                            .is_ok_and(|c| c.trim_end() == "yieldshell-hold")
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 #[tokio::test]
 async fn an_idle_holder_killed_leaves_no_launcher_behind_and_costs_no_exec() {
     let d = TestDaemon::start().await;
     let c = d.session();
-    d.idle_holders_ready().await;
-    let launchers = eventually("the idle launchers", || async {
-        let l = idle_launchers(&d);
-        (l.len() >= 2).then_some(l)
-    })
-    .await;
-    for pid in idle_holder_pids(&d) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
-    let r = c.exec("echo fine").await;
-    assert_eq!(
-        r.process.expect("process").exit_code,
-        Some(0),
-        "{}",
-        r.error
-    );
+    let launchers = ready_launchers(&d).await;
+    kill9(idle_holders_in(&d.state));
+    exits_zero(&c, "echo fine").await;
     // The launchers of the killed holders waited on the daemon's end of their sockets: once the
     // daemon lets those go they exit, and whoever inherited them reaps them.
     eventually("the orphaned launchers to be gone", || async {

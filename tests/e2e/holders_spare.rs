@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 
 use yieldshell_proto::pb;
 
-use crate::helper::{TestDaemon, eventually, exec_req};
+use crate::helper::{TestDaemon, eventually, exec_req, idle_holders_in, idle_launchers_in};
 
 /// Entries of `<state>/spare`.
 fn spares(d: &TestDaemon) -> Vec<std::path::PathBuf> {
@@ -17,23 +17,11 @@ fn spares(d: &TestDaemon) -> Vec<std::path::PathBuf> {
         .unwrap_or_default()
 }
 
-/// Pids of the idle holders and their launchers waiting in `<state>/spare` (their working
-/// directory is there).
+/// Pids of the idle holders and their launchers waiting in `<state>/spare`.
 fn idle_holders(d: &TestDaemon) -> Vec<i32> {
-    let Ok(spare) = std::fs::canonicalize(d.state.join("spare")) else {
-        return Vec::new();
-    };
-    std::fs::read_dir("/proc")
-        .map(|r| {
-            r.flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-                .filter(|pid| {
-                    std::fs::read_link(format!("/proc/{pid}/cwd"))
-                        .is_ok_and(|cwd| cwd.starts_with(&spare))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+    let mut pids = idle_holders_in(&d.state);
+    pids.extend(idle_launchers_in(&d.state));
+    pids
 }
 
 #[tokio::test]

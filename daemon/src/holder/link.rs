@@ -72,24 +72,32 @@ fn greeted(sock: UnixStream, known: Option<Identity>) -> io::Result<Held> {
 /// Reads a [`Hello`] (a [`Kind::Failed`] is the holder's error), with stdin's write end while
 /// stdin is open.
 fn read_hello(sock: &UnixStream) -> io::Result<(Hello, Option<OwnedFd>)> {
-    let (kind, payload, stdin) = recv_frame_with_fd(sock)?;
-    match kind {
-        Kind::Hello => {}
-        Kind::Failed => {
-            return Err(io::Error::other(
-                String::from_utf8_lossy(&payload).into_owned(),
-            ));
-        }
-        _ => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "the holder did not greet",
-            ));
-        }
-    }
+    let (payload, stdin) = expect_frame(sock, Kind::Hello, "the holder did not greet")?;
     let hello = Hello::decode(&payload)?;
     let stdin = if hello.stdin_open { stdin } else { None };
     Ok((hello, stdin))
+}
+
+/// The payload (and descriptor) of the next frame when it is a `want`; the holder's own error
+/// when it is a [`Kind::Failed`]; `otherwise` when it is anything else.
+fn expect_frame(
+    sock: &UnixStream,
+    want: Kind,
+    otherwise: &str,
+) -> io::Result<(Vec<u8>, Option<OwnedFd>)> {
+    let (kind, payload, fd) = recv_frame_with_fd(sock)?;
+    if kind == want {
+        Ok((payload, fd))
+    } else if kind == Kind::Failed {
+        Err(io::Error::other(
+            String::from_utf8_lossy(&payload).into_owned(),
+        ))
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            otherwise.to_string(),
+        ))
+    }
 }
 
 /// A prepared holder's launcher (`super::launcher`): the shell's process, waiting for the spec
@@ -407,26 +415,13 @@ fn prepare(sock: &UnixStream, dir: &Path) -> io::Result<Option<Launch>> {
         .finish();
     (&mut &*sock).write_all(&frame)?;
     sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    let (kind, payload, pipe) = recv_frame_with_fd(sock)?;
-    let launch = match kind {
-        Kind::Ready => match pipe {
-            Some(pipe) => {
-                let (hello, stdin) = read_hello(sock)?;
-                Some(Launch { pipe, hello, stdin })
-            }
-            None => None,
-        },
-        Kind::Failed => {
-            return Err(io::Error::other(
-                String::from_utf8_lossy(&payload).into_owned(),
-            ));
+    let (_, pipe) = expect_frame(sock, Kind::Ready, "the holder did not say it was ready")?;
+    let launch = match pipe {
+        Some(pipe) => {
+            let (hello, stdin) = read_hello(sock)?;
+            Some(Launch { pipe, hello, stdin })
         }
-        _ => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "the holder did not say it was ready",
-            ));
-        }
+        None => None,
     };
     sock.set_read_timeout(None)?;
     Ok(launch)

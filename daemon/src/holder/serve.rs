@@ -85,10 +85,7 @@ fn run() -> io::Result<()> {
                 match Prepared::make(dir, user_umask) {
                     Ok(p) => prepared = Some(p.announce(&first)?),
                     Err(e) => {
-                        let frame = super::Encoder::new(Kind::Failed)
-                            .rest(e.to_string().as_bytes())
-                            .finish();
-                        let _ = send_with_fd(&first, &frame, None);
+                        refuse(&first, &e);
                         return Err(e);
                     }
                 }
@@ -124,10 +121,7 @@ fn run() -> io::Result<()> {
             let shell = match spawn(&spec, user_umask) {
                 Ok(s) => s,
                 Err(e) => {
-                    let frame = super::Encoder::new(Kind::Failed)
-                        .rest(e.to_string().as_bytes())
-                        .finish();
-                    let _ = send_with_fd(&first, &frame, None);
+                    refuse(&first, &e);
                     return Err(e);
                 }
             };
@@ -196,6 +190,15 @@ fn run() -> io::Result<()> {
     }
     let _ = std::fs::remove_file(SOCKET_NAME);
     Ok(())
+}
+
+/// Tells the daemon why this holder cannot do what it asked (a [`Kind::Failed`] frame); the
+/// daemon may be gone already, which changes nothing.
+fn refuse(sock: &UnixStream, why: &io::Error) {
+    let frame = super::Encoder::new(Kind::Failed)
+        .rest(why.to_string().as_bytes())
+        .finish();
+    let _ = send_with_fd(sock, &frame, None);
 }
 
 /// Points descriptors 0–2 at /dev/null: the holder must not keep the daemon's terminal or the

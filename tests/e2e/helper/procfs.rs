@@ -167,13 +167,22 @@ pub fn holders_in(state: &Path) -> Vec<(Pid, PathBuf)> {
 /// Live launchers (`yieldshell-lnch`: the shells forked ahead by idle holders) waiting in a
 /// spare directory under `state` (their working directory is there).
 pub fn idle_launchers_in(state: &Path) -> Vec<i32> {
+    waiting_in_spares(state, "yieldshell-lnch")
+}
+
+/// Live idle holders (`yieldshell-hold`) waiting in a spare directory under `state`.
+pub fn idle_holders_in(state: &Path) -> Vec<i32> {
+    waiting_in_spares(state, "yieldshell-hold")
+}
+
+/// Processes named `comm` whose working directory is under `<state>/spare`.
+fn waiting_in_spares(state: &Path, comm: &str) -> Vec<i32> {
     let Ok(spare) = std::fs::canonicalize(state.join("spare")) else {
         return Vec::new();
     };
     all_pids()
         .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim_end() == "yieldshell-lnch")
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == comm)
                 && std::fs::read_link(format!("/proc/{pid}/cwd"))
                     .is_ok_and(|cwd| cwd.starts_with(&spare))
         })
