@@ -90,7 +90,15 @@ fn run() -> io::Result<()> {
                     }
                 }
             }
-            Kind::Spec => break HoldSpec::decode(&payload)?,
+            Kind::Spec => match HoldSpec::decode(&payload) {
+                Ok(spec) => break spec,
+                Err(e) => {
+                    if let Some(p) = prepared.take() {
+                        Prepared::discard(p);
+                    }
+                    return Err(e);
+                }
+            },
             _ => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -844,8 +852,18 @@ impl Prepared {
     /// Tells the daemon this holder is ready: `Ready`, with the launcher's spec pipe when there
     /// is a launcher, then the launcher's `Hello` (with its stdin), as a holder greets once its
     /// shell runs — the daemon has all it needs before the `exec`.
-    #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
     fn announce(mut self, sock: &UnixStream) -> io::Result<Prepared> {
+        match self.send_ready(sock) {
+            Ok(()) => Ok(self),
+            Err(e) => {
+                // The daemon is gone: nothing of this holder will be used.
+                self.discard();
+                Err(e)
+            }
+        }
+    }
+
+    fn send_ready(&mut self, sock: &UnixStream) -> io::Result<()> {
         let ready = super::Encoder::new(Kind::Ready).finish();
         #[cfg(target_os = "linux")]
         if let (Some(l), Some(launch)) = (self.launcher.as_ref(), self.launch.take()) {
@@ -863,11 +881,9 @@ impl Prepared {
                 stdin_open: true,
                 terminal: false,
             };
-            send_with_fd(sock, &hello.encode(), Some(l.stdin.as_raw_fd()))?;
-            return Ok(self);
+            return send_with_fd(sock, &hello.encode(), Some(l.stdin.as_raw_fd()));
         }
-        send_with_fd(sock, &ready, None)?;
-        Ok(self)
+        send_with_fd(sock, &ready, None)
     }
 
     /// What the holder keeps once its spec came: the socket, the exit file, and the launcher as
