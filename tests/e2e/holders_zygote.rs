@@ -66,6 +66,18 @@ fn fd_targets(pid: i32) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The daemon's log (its warnings say why a zygote was replaced), for a failure message.
+fn daemon_log(d: &TestDaemon) -> String {
+    std::fs::read_dir(d.state.join("logs"))
+        .map(|r| {
+            r.flatten()
+                .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                .collect::<Vec<_>>()
+                .join("")
+        })
+        .unwrap_or_default()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_zygote_stays_bounded_and_its_holders_owe_it_nothing() {
     let d = TestDaemon::start().await;
@@ -77,7 +89,11 @@ async fn the_zygote_stays_bounded_and_its_holders_owe_it_nothing() {
         let r = c.exec(&format!("echo {i}")).await;
         assert_eq!(r.status, pb::ExecStatus::Completed as i32, "exec {i}");
     }
-    assert!(zygote.alive(), "one zygote serves them all");
+    assert!(
+        zygote.alive(),
+        "one zygote serves them all; the daemon's log says:\n{}",
+        daemon_log(&d)
+    );
     // A refill may be forking the next idle holder right now (the zygote then holds that
     // holder's socket for an instant, and its short-lived middle child may not be reaped yet):
     // what must hold is that it comes back to its own four descriptors and no zombie.
