@@ -17,11 +17,11 @@
 //! never comes (the daemon let the idle holder go, or died) exits when the socket closes, and
 //! its holder reaps it.
 
-use std::io::{self, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use super::{HoldSpec, Kind};
-use crate::process::spawn::{SpawnSpec, enlarge_pipe, shell_strings};
+use crate::process::spawn::{enlarge_pipe, set_default_disposition, shell_strings};
 use crate::process::tree::{self, Identity};
 
 /// The descriptor the launcher reads its spec from.
@@ -117,16 +117,9 @@ fn wait_and_run(stdio: [RawFd; 3], spec: RawFd, umask: libc::mode_t) -> ! {
         // Every disposition to its default (the holder ignores SIGPIPE; glibc's reserved
         // real-time signals included, hence the raw syscall) and an empty mask (the holder
         // blocks SIGCHLD): what posix_spawn's SETSIGDEF and SETSIGMASK give a spawned shell.
-        let default = [0u64; 4];
         for sig in 1..=64 {
             if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                libc::syscall(
-                    libc::SYS_rt_sigaction,
-                    sig,
-                    default.as_ptr(),
-                    std::ptr::null_mut::<u8>(),
-                    8usize,
-                );
+                set_default_disposition(sig);
             }
         }
         let mut empty: libc::sigset_t = std::mem::zeroed();
@@ -155,34 +148,19 @@ fn wait_and_run(stdio: [RawFd; 3], spec: RawFd, umask: libc::mode_t) -> ! {
     unsafe { libc::_exit(CANNOT_RUN) }
 }
 
-/// Reads the spec frame from [`SPEC_FD`].
+/// Reads the spec frame from [`SPEC_FD`] (EOF when the daemon let the holder go).
 fn read_spec() -> io::Result<HoldSpec> {
-    // SAFETY: SPEC_FD is this process's end of the socket; it is closed on exec.
-    let mut pipe = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(SPEC_FD) });
-    let mut head = [0u8; 4];
-    pipe.read_exact(&mut head)?;
-    let len = u32::from_le_bytes(head) as usize;
-    if len == 0 || len > super::MAX_FRAME {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "bad spec frame"));
+    // SAFETY: SPEC_FD is this process's end of the socket, open until exec closes it.
+    let socket = unsafe { std::os::fd::BorrowedFd::borrow_raw(SPEC_FD) };
+    match super::recv_frame_with_fd(&socket)? {
+        (Kind::Spec, payload, _) => HoldSpec::decode(&payload),
+        _ => Err(io::Error::new(io::ErrorKind::InvalidData, "not a spec")),
     }
-    let mut body = vec![0u8; len];
-    pipe.read_exact(&mut body)?;
-    if body[0] != Kind::Spec as u8 {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "not a spec"));
-    }
-    HoldSpec::decode(&body[1..])
 }
 
 /// Changes into the spec's working directory and execs `sh -c`; returns only on failure.
 fn run(spec: &HoldSpec) -> io::Result<std::convert::Infallible> {
-    use std::os::unix::ffi::OsStrExt;
-    let os = |b: &[u8]| std::ffi::OsStr::from_bytes(b).to_os_string();
-    let (argv, envp, cwd) = shell_strings(&SpawnSpec {
-        command: spec.command.clone(),
-        cwd: os(&spec.cwd).into(),
-        env: spec.env.iter().map(|(k, v)| (os(k), os(v))).collect(),
-        process_id: spec.process_id.clone(),
-    })?;
+    let (argv, envp, cwd) = shell_strings(&spec.spawn_spec())?;
     nix::unistd::chdir(cwd.as_c_str())?;
     match nix::unistd::execve(&argv[0], &argv, &envp) {
         Ok(never) => match never {},

@@ -287,6 +287,18 @@ impl HoldSpec {
         e.finish()
     }
 
+    /// What the shell is started from: the command, working directory, environment and marker.
+    pub fn spawn_spec(&self) -> crate::process::spawn::SpawnSpec {
+        use std::os::unix::ffi::OsStrExt;
+        let os = |b: &[u8]| std::ffi::OsStr::from_bytes(b).to_os_string();
+        crate::process::spawn::SpawnSpec {
+            command: self.command.clone(),
+            cwd: os(&self.cwd).into(),
+            env: self.env.iter().map(|(k, v)| (os(k), os(v))).collect(),
+            process_id: self.process_id.clone(),
+        }
+    }
+
     /// Reads a [`Kind::Spec`] payload.
     pub fn decode(payload: &[u8]) -> io::Result<HoldSpec> {
         let mut d = Decoder::new(payload);

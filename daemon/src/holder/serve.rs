@@ -32,7 +32,7 @@ use crate::output::Stream;
 use crate::output::spool::{SpoolBuffer, SpoolFiles};
 use crate::policy::redact::{RedactStream, Redactor};
 use crate::process::reaper::ExitHow;
-use crate::process::spawn::{Shell, SpawnSpec, spawn_shell};
+use crate::process::spawn::{Shell, spawn_shell};
 use crate::process::tree::{self, Identity};
 
 /// Queued bytes for the daemon above which the pipes are not read.
@@ -786,13 +786,7 @@ fn bind_socket() -> io::Result<UnixListener> {
 /// user's umask rather than the holder's.
 fn spawn(spec: &HoldSpec, user_umask: nix::sys::stat::Mode) -> io::Result<Shell> {
     use nix::sys::stat::umask;
-    let os = |b: &[u8]| std::ffi::OsStr::from_bytes(b).to_os_string();
-    let shell_spec = SpawnSpec {
-        command: spec.command.clone(),
-        cwd: os(&spec.cwd).into(),
-        env: spec.env.iter().map(|(k, v)| (os(k), os(v))).collect(),
-        process_id: spec.process_id.clone(),
-    };
+    let shell_spec = spec.spawn_spec();
     // The holder is single-threaded: nothing else creates a file while the umask is the user's.
     let holders = umask(user_umask);
     let started = match spec.terminal {

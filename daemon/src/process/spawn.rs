@@ -57,10 +57,8 @@ pub fn reset_inherited_ignores() {
         if sig == libc::SIGPIPE || sig == libc::SIGKILL || sig == libc::SIGSTOP {
             continue;
         }
-        // The kernel's struct sigaction, read back to find SIG_IGN (handler value 1); an all-zero
-        // struct is SIG_DFL with no flags and an empty mask, whatever the architecture.
+        // The kernel's struct sigaction, read back to find SIG_IGN (handler value 1).
         let mut old = [0u64; 4];
-        let zeroed = [0u64; 4];
         // SAFETY: valid buffers of the kernel's struct size; 8 is the kernel's sigset size.
         unsafe {
             let got = libc::syscall(
@@ -71,15 +69,29 @@ pub fn reset_inherited_ignores() {
                 8usize,
             );
             if got == 0 && old[0] == libc::SIG_IGN as u64 {
-                libc::syscall(
-                    libc::SYS_rt_sigaction,
-                    sig,
-                    zeroed.as_ptr(),
-                    std::ptr::null_mut::<u8>(),
-                    8usize,
-                );
+                set_default_disposition(sig);
             }
         }
+    }
+}
+
+/// Sets signal `sig` to its default disposition with the raw `rt_sigaction` syscall, which also
+/// reaches the two real-time signals glibc reserves (32, 33) and refuses through `sigaction`.
+/// Async-signal-safe (a forked child may call it).
+#[cfg(target_os = "linux")]
+pub(crate) fn set_default_disposition(sig: libc::c_int) {
+    // An all-zero kernel struct sigaction is SIG_DFL with no flags and an empty mask, whatever
+    // the architecture; 8 is the kernel's sigset size.
+    let default = [0u64; 4];
+    // SAFETY: a valid buffer of the kernel's struct size; the old action is not asked for.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            sig,
+            default.as_ptr(),
+            std::ptr::null_mut::<u8>(),
+            8usize,
+        );
     }
 }
 
