@@ -46,11 +46,13 @@ fn groups_of(pid: i32) -> Option<(i32, i32)> {
     Some((pgrp, session))
 }
 
-/// The daemon's zygote (its child named `yieldshell-zygo`).
+/// The daemon's zygote: its child named `yieldshell-zygo` that leads its own session. The name
+/// alone is not enough: a holder the zygote just forked is re-parented to the daemon with the
+/// zygote's name, until it names itself (it never leads a session).
 fn zygote_of(daemon: i32) -> Option<Pid> {
     children_of(daemon)
         .into_iter()
-        .find(|&p| comm(p) == "yieldshell-zygo")
+        .find(|&p| comm(p) == "yieldshell-zygo" && groups_of(p).is_some_and(|(_, sid)| sid == p))
         .and_then(Pid::of)
 }
 

@@ -262,16 +262,26 @@ async fn a_dropped_connection_leaves_remote_processes_running_for_yieldctl_over_
         &first
             .call(
                 "exec",
+                // Until its `ready` line: testbin prints it after `sh` has exec'd it. While a
+                // process is inside execve its /proc environ reads empty, and the check below
+                // would find no marked process (seen once under CI's load).
                 json!({
                     "command": format!("exec {} ready-sleep 600", testbin()),
                     "side_effects": ["NONE"],
-                    "yield_ms": 0,
+                    "until": "^ready ",
+                    "yield_ms": 60_000,
                     "name": "remote-devserver",
                 }),
             )
             .await,
     );
     assert_eq!(b["status"], "backgrounded", "{b}");
+    assert!(
+        b["matched_line"]
+            .as_str()
+            .is_some_and(|l| l.starts_with("ready ")),
+        "{b}"
+    );
     let id = b["process_id"].as_str().expect("process_id").to_string();
     assert!(!remote_shims(&sshd.remote.socket).is_empty());
 
