@@ -57,8 +57,10 @@ pub struct ExecArgs {
     /// With --tty: print the output as the program wrote it, escape sequences included.
     #[arg(long, requires = "tty")]
     raw: bool,
-    /// The command line (several words are joined with spaces and run by /bin/sh -c).
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    /// The command line (several words are joined with spaces and run by /bin/sh -c). Everything
+    /// from the first word on is the command's, options included (`yieldctl exec ls -la`); a
+    /// `--` before it is optional, and needed only for a command that starts with `-`.
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     command: Vec<OsString>,
 }
 

@@ -16,6 +16,37 @@ async fn exec_runs_in_the_foreground_and_mirrors_the_exit_code() {
     assert_eq!(out.stderr, b"oops\n");
 }
 
+/// The command is every word from the first one on, its options included; `--` is optional.
+#[tokio::test]
+async fn exec_takes_the_command_and_its_options_without_a_double_dash() {
+    let d = TestDaemon::start().await;
+    let out = run(d.yieldctl().args(["exec", "echo", "hi"]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout, b"hi\n");
+    // Options before the command are yieldctl's; after it, the command's.
+    let out = run(d.yieldctl().args([
+        "exec",
+        "--yield-ms",
+        "9000",
+        "printf",
+        "%s,",
+        "--yield-ms",
+        "-x",
+    ]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout, b"--yield-ms,-x,");
+    // One quoted word is still a whole shell command line.
+    let out = run(d.yieldctl().args(["exec", "exit 4"]));
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    // A command starting with `-` needs the `--`; without it, a clear usage error.
+    let out = run(d.yieldctl().args(["exec", "--no-such-flag"]));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--no-such-flag"),
+        "{out:?}"
+    );
+}
+
 #[tokio::test]
 async fn exec_json_has_the_exec_tool_fields() {
     let d = TestDaemon::start().await;

@@ -415,6 +415,91 @@ async fn exec_on_a_terminal_yields_early_at_a_password_prompt() {
     c.stop(&p.process_id, "SIGTERM", 1000).await.expect("stop");
 }
 
+/// REPLs with a line editor wait for a key in a readiness wait, not a read: GNU readline
+/// (Python's REPL) in `pselect6` on the terminal, Node's REPL in `epoll_pwait` with the terminal
+/// among its event sources. `exec` still yields at their prompt, and says they wait for input.
+#[tokio::test]
+async fn exec_on_a_terminal_yields_early_at_a_line_editors_prompt() {
+    let d = TestDaemon::start().await;
+    let c = d.session();
+    for (command, prompt) in [("exec python3 -q", ">>> "), ("exec node", "> ")] {
+        let started = std::time::Instant::now();
+        let r = c
+            .exec_with(pb::ExecRequest {
+                tty: true,
+                yield_ms: Some(15_000),
+                ..exec_req(command)
+            })
+            .await;
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{command}: exec waited {:?} of its 15 s",
+            started.elapsed()
+        );
+        assert_eq!(r.status, pb::ExecStatus::Backgrounded as i32, "{r:?}");
+        let p = r.process.expect("process");
+        assert_eq!(p.waiting_for_input, Some(true), "{command}: {p:?}");
+        // A line editor's raw mode draws its own echo: not a password prompt.
+        assert_eq!(p.echo_off, Some(false), "{command}: {p:?}");
+        let id = p.process_id;
+        until_text(&c, &id, prompt).await;
+        // Answered, it computes and prompts again: waiting once more.
+        keys(&c, &id, "6*7", &["Enter"]).await;
+        until_text(&c, &id, "42").await;
+        let w = c
+            .wait(pb::WaitRequest {
+                process_id: id.clone(),
+                for_input: true,
+                timeout_ms: Some(15_000),
+                ..Default::default()
+            })
+            .await
+            .expect("wait");
+        assert_eq!(
+            w.result,
+            pb::WaitResult::InputWanted as i32,
+            "{command}: {w:?}"
+        );
+        c.stop(&id, "SIGTERM", 1000).await.expect("stop");
+    }
+}
+
+/// A server under a terminal waits in a readiness wait too, but on its socket: it never reads
+/// as waiting for input.
+#[tokio::test]
+async fn a_server_polling_its_socket_under_a_terminal_is_not_waiting_for_input() {
+    let d = TestDaemon::start().await;
+    let c = d.session();
+    let r = c
+        .exec_with(pb::ExecRequest {
+            tty: true,
+            until: Some("^serving".into()),
+            yield_ms: Some(30_000),
+            ..exec_req(
+                "exec python3 -c \"import socket, select\n\
+                 s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n\
+                 print('serving', flush=True)\n\
+                 while True: select.select([s], [], [])\"",
+            )
+        })
+        .await;
+    let id = r.process.expect("process").process_id;
+    // Judged (not absent) and never waiting: its stdin is the terminal, which it never watches.
+    let judged = eventually("a judgement on the server", || async {
+        let r = c
+            .read(pb::ReadRequest {
+                process_id: id.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect("read");
+        r.process.and_then(|p| p.waiting_for_input)
+    })
+    .await;
+    assert!(!judged, "a server is not a prompt");
+    c.stop(&id, "SIGTERM", 1000).await.expect("stop");
+}
+
 #[tokio::test]
 async fn follow_strips_escapes_unless_raw() {
     use tokio_stream::StreamExt;

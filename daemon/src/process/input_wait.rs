@@ -13,15 +13,27 @@
 //!    and the only pipes or FIFOs it holds open for reading are the input endpoint (so the pipe it
 //!    sleeps on must be that one; a shell reading `$(…)` holds that other pipe and is not counted).
 //!
+//! 3. `/proc/<pid>/syscall` shows its main thread blocked in a readiness wait whose interest in
+//!    reading includes an fd that is the input endpoint: `select`/`pselect6` (the read set, read
+//!    from `/proc/<pid>/mem`), `poll`/`ppoll` (the `pollfd` array, likewise, with `POLLIN`,
+//!    `POLLRDNORM` or `POLLPRI` asked), or `epoll_wait`/`epoll_pwait`/`epoll_pwait2` (the epoll
+//!    fd's targets from `/proc/<pid>/fdinfo/<epfd>`, with `EPOLLIN`, `EPOLLRDNORM` or `EPOLLPRI`).
+//!    This is how line editors wait for a key: GNU readline (Python's REPL, bash, psql) in
+//!    `pselect6` on the terminal alone, Node's REPL in `epoll_pwait` with the terminal among its
+//!    event sources. Whatever the wait's timeout: a program that would also wake on a timer or
+//!    on another fd (`top`'s refresh, a socket next to stdin) still takes input now. An interest
+//!    list that cannot be read (memory gone between the two reads) leaves the member unknown; of
+//!    more than [`MAX_WATCHED`] fds only the first are looked at.
+//!
 //! The process waits for input when some member does; it does not when every member could be
 //! judged and none does; otherwise it cannot be told ([`None`]: the field is absent, never a
 //! guess). Elsewhere than Linux it is always `None`.
 //!
 //! # What it cannot see
-//! A program that waits in `poll`/`select`/`epoll_wait` (event loops: Node's readline, asyncio,
-//! a read with a timeout), one that reads stdin in a thread other than its main thread, one that
-//! reads `/dev/tty` instead of stdin (`ssh`, `sudo` password prompts), and descendants that left
-//! the session (`setsid`) are not seen: they report `false`. A process reading a pipe it got some
+//! A program that reads or waits on stdin in a thread other than its main thread, one that
+//! reads `/dev/tty` instead of stdin in pipe mode (`ssh`, `sudo` password prompts), a readiness
+//! wait judged without `syscall` (rule 2 knows only plain reads), and descendants that left the
+//! session (`setsid`) are not seen: they report `false`. A process reading a pipe it got some
 //! other way while also holding the input pipe, judged by rule 2, reports `None`.
 //!
 //! # Terminal mode
@@ -34,12 +46,13 @@
 //! the terminal is stopped by SIGTTIN (state `T`), so it never counts anyway. `echo_off` is the
 //! terminal's termios read through the master (`ManagedProcess::info_of`): `ECHO` off while
 //! `ICANON` is on, as a password prompt sets it (raw mode, where a program draws its own echo,
-//! does not count). A program that waits in `select`/`poll` on the terminal (Python's REPL
-//! with GNU readline, shells with line editing) is not seen, as in pipe mode.
+//! does not count). Rule 3 applies as in pipe mode: a REPL's prompt under a line editor waits in
+//! `pselect6` or `epoll_pwait` on the terminal, and is seen.
 //!
 //! # Cost
 //! One check reads the shell's fd 0 link, `stat` and `syscall`, and the same per member of its
-//! session (plus one fd link for a member blocked in a read). The members are found from one pass
+//! session (plus one fd link for a member blocked in a read, and for one in a readiness wait its
+//! interest list and one fd link per fd watched for reading, at most [`MAX_WATCHED`]). The members are found from one pass
 //! over every `/proc/<pid>/stat` of the machine (Linux keeps no index by session), shared by all
 //! checks for 250 ms, so at most four such passes run a second; a member forked within that
 //! window is seen by a later check. Checks run on the blocking pool ([`check_off_runtime`]). The
@@ -114,12 +127,12 @@ pub fn parse_pipe_link(link: &str) -> Option<u64> {
 pub enum SyscallState {
     /// On a CPU (`running`).
     Running,
-    /// Blocked in system call `nr` with these first arguments.
+    /// Blocked in system call `nr` with these arguments.
     Blocked {
         /// Syscall number (of the kernel's native table).
         nr: i64,
-        /// First argument (the fd, for the read family).
-        arg0: u64,
+        /// Its six arguments (the fd first, for the read family).
+        args: [u64; 6],
     },
     /// Not in a system call (`-1 …`: stopped in user space, say).
     Outside,
@@ -137,8 +150,11 @@ pub fn parse_syscall(text: &str) -> Option<SyscallState> {
     if nr < 0 {
         return Some(SyscallState::Outside);
     }
-    let arg0 = u64::from_str_radix(fields.next()?.trim_start_matches("0x"), 16).ok()?;
-    Some(SyscallState::Blocked { nr, arg0 })
+    let mut args = [0u64; 6];
+    for arg in &mut args {
+        *arg = u64::from_str_radix(fields.next()?.trim_start_matches("0x"), 16).ok()?;
+    }
+    Some(SyscallState::Blocked { nr, args })
 }
 
 /// Linux's numbers of the syscalls that read one fd's data (`read`, `readv`, `pread64`,
@@ -164,6 +180,162 @@ pub fn is_read_syscall(nr: i64) -> bool {
     READ_SYSCALLS.iter().any(|n| i64::from(*n) == nr)
 }
 
+/// A wait for any of several fds to become ready, and where its interest list is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadinessWait {
+    /// `select`/`pselect6`: the number of fds and the address of the read set (a bitmap in
+    /// `unsigned long` words, 0 when there is none).
+    Select {
+        /// First argument: one more than the highest fd in the sets.
+        nfds: u64,
+        /// Second argument: the read set.
+        read_set: u64,
+    },
+    /// `poll`/`ppoll`: the address of `nfds` `struct pollfd`.
+    Poll {
+        /// First argument.
+        fds: u64,
+        /// Second argument.
+        nfds: u64,
+    },
+    /// `epoll_wait`/`epoll_pwait`/`epoll_pwait2` on this epoll fd.
+    Epoll {
+        /// First argument.
+        epfd: u64,
+    },
+}
+
+/// The most fds of one readiness wait looked at: a prompt watches one or a few; a server may
+/// watch thousands of sockets, each of which would cost a `/proc` link read.
+pub const MAX_WATCHED: usize = 1024;
+
+/// Linux's numbers of the readiness waits, by kind, as `/proc/<pid>/syscall` reports them
+/// (`select`, `poll` and `epoll_wait` exist only in some architectures' tables; aarch64 has the
+/// `p` forms alone).
+#[cfg(target_os = "linux")]
+mod wait_syscalls {
+    pub const SELECT: &[libc::c_long] = &[
+        libc::SYS_pselect6,
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_select,
+    ];
+    pub const POLL: &[libc::c_long] = &[
+        libc::SYS_ppoll,
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_poll,
+    ];
+    pub const EPOLL: &[libc::c_long] = &[
+        libc::SYS_epoll_pwait,
+        libc::SYS_epoll_pwait2,
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_epoll_wait,
+    ];
+}
+
+/// Elsewhere no process reports its syscall.
+#[cfg(all(unix, not(target_os = "linux")))]
+mod wait_syscalls {
+    pub const SELECT: &[libc::c_long] = &[];
+    pub const POLL: &[libc::c_long] = &[];
+    pub const EPOLL: &[libc::c_long] = &[];
+}
+
+/// The readiness wait syscall `nr` with `args` is, if it is one.
+// `c_long` is `i64` here but `i32` on 32-bit targets: the conversion is not useless there.
+#[allow(clippy::useless_conversion)]
+#[cfg(unix)]
+pub fn readiness_wait(nr: i64, args: &[u64; 6]) -> Option<ReadinessWait> {
+    let is = |table: &[libc::c_long]| table.iter().any(|n| i64::from(*n) == nr);
+    if is(wait_syscalls::SELECT) {
+        Some(ReadinessWait::Select {
+            nfds: args[0],
+            read_set: args[1],
+        })
+    } else if is(wait_syscalls::POLL) {
+        Some(ReadinessWait::Poll {
+            fds: args[0],
+            nfds: args[1],
+        })
+    } else if is(wait_syscalls::EPOLL) {
+        Some(ReadinessWait::Epoll { epfd: args[0] })
+    } else {
+        None
+    }
+}
+
+/// The fds set in a `select` read set, from its bytes (whole `unsigned long` words in the
+/// process's byte order), below `nfds`.
+pub fn fds_in_select_set(bytes: &[u8], nfds: u64) -> Vec<u64> {
+    const WORD: usize = std::mem::size_of::<std::ffi::c_ulong>();
+    let mut fds = Vec::new();
+    for (w, word) in bytes.chunks_exact(WORD).enumerate() {
+        let mut buf = [0u8; 8];
+        // The word's bytes as a native integer; on a big-endian 32-bit target they are the
+        // high half of the u64 and shift down.
+        buf[..WORD].copy_from_slice(word);
+        let value = if cfg!(target_endian = "big") {
+            u64::from_be_bytes(buf) >> (8 * (8 - WORD))
+        } else {
+            u64::from_le_bytes(buf)
+        };
+        for bit in 0..WORD * 8 {
+            let fd = (w * WORD * 8 + bit) as u64;
+            if fd < nfds && value & (1 << bit) != 0 {
+                fds.push(fd);
+            }
+        }
+    }
+    fds
+}
+
+/// The fds a `poll` array asks to be told are readable (`POLLIN`, `POLLRDNORM`, `POLLPRI`), from
+/// its bytes (`struct pollfd`: `int fd; short events; short revents`, native byte order);
+/// negative fds are ignored entries.
+#[cfg(unix)]
+pub fn fds_polled_for_reading(bytes: &[u8]) -> Vec<u64> {
+    let reading = libc::POLLIN | libc::POLLRDNORM | libc::POLLPRI;
+    bytes
+        .chunks_exact(8)
+        .filter_map(|entry| {
+            let fd = i32::from_ne_bytes(entry[0..4].try_into().ok()?);
+            let events = i16::from_ne_bytes(entry[4..6].try_into().ok()?);
+            (events & reading != 0).then_some(u64::try_from(fd).ok()?)
+        })
+        .collect()
+}
+
+/// The target fds an epoll instance watches for reading (`EPOLLIN`, `EPOLLRDNORM`, `EPOLLPRI`),
+/// from its `/proc/<pid>/fdinfo/<epfd>` (`tfd: 20 events: 19 data: … ino:4 sdev:1a` lines).
+/// `None` when a `tfd:` line does not parse.
+#[cfg(target_os = "linux")]
+pub fn epoll_targets_for_reading(fdinfo: &str) -> Option<Vec<u64>> {
+    let reading = (libc::EPOLLIN | libc::EPOLLRDNORM | libc::EPOLLPRI) as u32;
+    let mut targets = Vec::new();
+    for line in fdinfo.lines() {
+        let mut words = line.split_ascii_whitespace();
+        if words.next() != Some("tfd:") {
+            continue;
+        }
+        let fd: u64 = words.next()?.parse().ok()?;
+        if words.next() != Some("events:") {
+            return None;
+        }
+        let events = u32::from_str_radix(words.next()?, 16).ok()?;
+        if events & reading != 0 {
+            targets.push(fd);
+        }
+    }
+    // An epoll fd with nothing registered has no `tfd:` line, nor has a file that is not an
+    // epoll fd (the number was reused since the wait began): both watch nothing for reading.
+    Some(targets)
+}
+
+/// Elsewhere there is no epoll.
+#[cfg(all(unix, not(target_os = "linux")))]
+pub fn epoll_targets_for_reading(_fdinfo: &str) -> Option<Vec<u64>> {
+    Some(Vec::new())
+}
+
 /// Whether `/proc/<pid>/fdinfo/<n>` describes an fd open for reading (its octal `flags` have
 /// access mode `O_RDONLY` or `O_RDWR`).
 #[cfg(unix)]
@@ -178,12 +350,47 @@ pub fn fdinfo_readable(text: &str) -> Option<bool> {
     ))
 }
 
-/// A process's open files, as the judgement needs them.
-pub trait FdTable {
+/// What the judgement reads of a process besides its state: its open files and, for a
+/// readiness wait, the interest list in its memory.
+pub trait ProcessView {
     /// The link of fd `fd` (`pipe:[123]`, a path); `None` when unreadable or closed.
     fn link(&self, fd: u64) -> Option<String>;
     /// The links of the pipes and FIFOs it has open for reading; `None` when unreadable.
     fn readable_pipes(&self) -> Option<Vec<String>>;
+    /// `len` bytes of its memory at `addr`; `None` when unreadable.
+    fn memory(&self, addr: u64, len: usize) -> Option<Vec<u8>>;
+    /// The text of `/proc/<pid>/fdinfo/<fd>`; `None` when unreadable or closed.
+    fn fdinfo(&self, fd: u64) -> Option<String>;
+}
+
+/// The fds a readiness wait watches for reading, at most [`MAX_WATCHED`], and whether it may
+/// watch more than were looked at; `None` when its interest list cannot be read.
+#[cfg(unix)]
+fn watched_for_reading(wait: ReadinessWait, view: &impl ProcessView) -> Option<(Vec<u64>, bool)> {
+    const WORD: u64 = std::mem::size_of::<std::ffi::c_ulong>() as u64;
+    let limit = MAX_WATCHED as u64;
+    let (mut fds, beyond) = match wait {
+        ReadinessWait::Select { nfds, read_set } => {
+            if nfds == 0 || read_set == 0 {
+                return Some((Vec::new(), false));
+            }
+            let bits = nfds.min(limit);
+            let bytes = view.memory(read_set, (bits.div_ceil(WORD * 8) * WORD) as usize)?;
+            (fds_in_select_set(&bytes, bits), nfds > bits)
+        }
+        ReadinessWait::Poll { fds, nfds } => {
+            if nfds == 0 {
+                return Some((Vec::new(), false));
+            }
+            let entries = nfds.min(limit);
+            let bytes = view.memory(fds, (entries * 8) as usize)?;
+            (fds_polled_for_reading(&bytes), nfds > entries)
+        }
+        ReadinessWait::Epoll { epfd } => (epoll_targets_for_reading(&view.fdinfo(epfd)?)?, false),
+    };
+    let more = beyond || fds.len() > MAX_WATCHED;
+    fds.truncate(MAX_WATCHED);
+    Some((fds, more))
 }
 
 /// The judgement on one process.
@@ -204,20 +411,39 @@ pub fn judge(
     state: u8,
     syscall: Option<&str>,
     wchan: Option<&str>,
-    fds: &impl FdTable,
+    fds: &impl ProcessView,
     endpoint: &InputEndpoint,
 ) -> Verdict {
     if state != b'S' {
         return Verdict::NotWaiting;
     }
     if let Some(sys) = syscall.and_then(parse_syscall) {
-        return match sys {
-            SyscallState::Blocked { nr, arg0 } if is_read_syscall(nr) => match fds.link(arg0) {
+        let SyscallState::Blocked { nr, args } = sys else {
+            return Verdict::NotWaiting;
+        };
+        if is_read_syscall(nr) {
+            return match fds.link(args[0]) {
                 Some(link) if endpoint.is_link(&link) => Verdict::Waiting,
                 Some(_) => Verdict::NotWaiting,
                 None => Verdict::Unknown,
-            },
-            _ => Verdict::NotWaiting,
+            };
+        }
+        let Some(wait) = readiness_wait(nr, &args) else {
+            return Verdict::NotWaiting;
+        };
+        let Some((watched, more)) = watched_for_reading(wait, fds) else {
+            return Verdict::Unknown;
+        };
+        // A watched fd closed since the wait began is simply not the input.
+        return if watched
+            .iter()
+            .any(|fd| fds.link(*fd).is_some_and(|l| endpoint.is_link(&l)))
+        {
+            Verdict::Waiting
+        } else if more {
+            Verdict::Unknown
+        } else {
+            Verdict::NotWaiting
         };
     }
     // `wchan` reads as "0" when the kernel will not say.
@@ -270,15 +496,30 @@ mod linux {
     use std::time::{Duration, Instant};
 
     use super::super::tree::{self, Identity, ProcStat};
-    use super::{FdTable, InputEndpoint, Verdict, judge, parse_pipe_link};
+    use super::{InputEndpoint, ProcessView, Verdict, judge, parse_pipe_link};
 
     /// The fds of a live process, read on demand.
     struct ProcFds(i32);
 
-    impl FdTable for ProcFds {
+    impl ProcessView for ProcFds {
         fn link(&self, fd: u64) -> Option<String> {
             let link = std::fs::read_link(format!("/proc/{}/fd/{fd}", self.0)).ok()?;
             Some(link.to_string_lossy().into_owned())
+        }
+
+        fn memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+            use std::os::unix::fs::FileExt;
+            // Opening `mem` takes the same ptrace access as reading `syscall`, which the caller
+            // already had; the process may have left the wait since (then the bytes are stale,
+            // and the two checks in a row of an `exec` tell a passing state from a prompt).
+            let mem = std::fs::File::open(format!("/proc/{}/mem", self.0)).ok()?;
+            let mut bytes = vec![0; len];
+            mem.read_exact_at(&mut bytes, addr).ok()?;
+            Some(bytes)
+        }
+
+        fn fdinfo(&self, fd: u64) -> Option<String> {
+            std::fs::read_to_string(format!("/proc/{}/fdinfo/{fd}", self.0)).ok()
         }
 
         fn readable_pipes(&self) -> Option<Vec<String>> {
@@ -584,14 +825,28 @@ mod tests {
     struct Fds {
         links: HashMap<u64, String>,
         readable: Option<Vec<String>>,
+        /// Memory by address (a read must fall inside one region).
+        memory: HashMap<u64, Vec<u8>>,
+        fdinfo: HashMap<u64, String>,
     }
 
-    impl FdTable for Fds {
+    impl ProcessView for Fds {
         fn link(&self, fd: u64) -> Option<String> {
             self.links.get(&fd).cloned()
         }
         fn readable_pipes(&self) -> Option<Vec<String>> {
             self.readable.clone()
+        }
+        fn memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+            let (start, bytes) = self
+                .memory
+                .iter()
+                .find(|(start, bytes)| **start <= addr && addr - **start < bytes.len() as u64)?;
+            let from = usize::try_from(addr - start).ok()?;
+            bytes.get(from..from + len).map(<[u8]>::to_vec)
+        }
+        fn fdinfo(&self, fd: u64) -> Option<String> {
+            self.fdinfo.get(&fd).cloned()
         }
     }
 
@@ -600,8 +855,39 @@ mod tests {
     fn fds(links: &[(u64, &str)]) -> Fds {
         Fds {
             links: links.iter().map(|(f, l)| (*f, l.to_string())).collect(),
-            readable: None,
+            ..Fds::default()
         }
+    }
+
+    /// `/proc/<pid>/syscall` of a process blocked in syscall `nr` with these first arguments.
+    fn blocked_in(nr: libc::c_long, args: &[u64]) -> String {
+        let mut all = [0u64; 6];
+        all[..args.len()].copy_from_slice(args);
+        let args: Vec<String> = all.iter().map(|a| format!("{a:#x}")).collect();
+        format!("{nr} {} 0x7ffc25e0fc18 0x7f4bae7532ad", args.join(" "))
+    }
+
+    /// A `select` read set (whole `unsigned long` words) with these fds.
+    fn select_set(fds: &[u64], words: usize) -> Vec<u8> {
+        let bits = 8 * std::mem::size_of::<std::ffi::c_ulong>();
+        let mut set: Vec<std::ffi::c_ulong> = vec![0; words];
+        for fd in fds {
+            set[*fd as usize / bits] |= 1 << (*fd as usize % bits);
+        }
+        set.iter().flat_map(|w| w.to_ne_bytes()).collect()
+    }
+
+    /// A `poll` array of (fd, events).
+    fn poll_array(entries: &[(i32, i16)]) -> Vec<u8> {
+        entries
+            .iter()
+            .flat_map(|(fd, events)| {
+                let mut e = fd.to_ne_bytes().to_vec();
+                e.extend(events.to_ne_bytes());
+                e.extend(0i16.to_ne_bytes());
+                e
+            })
+            .collect()
     }
 
     /// `/proc/<pid>/syscall` of a process blocked in read(fd, …) (x86-64 or aarch64 number).
@@ -628,17 +914,19 @@ mod tests {
             parse_syscall(&read_syscall(0)),
             Some(SyscallState::Blocked {
                 nr: i64::from(libc::SYS_read),
-                arg0: 0
+                args: [0, 0x7f4bae5d7000, 0x20000, 0x7f4bae66ab60, 0xffffffff, 0]
             })
         );
         assert_eq!(
             parse_syscall("7 0x5556c3f1ad30 0x1 0xffffffff 0x0 0x0 0x0 0x7ffcad1a4e88 0x7f9e"),
             Some(SyscallState::Blocked {
                 nr: 7,
-                arg0: 0x5556c3f1ad30
+                args: [0x5556c3f1ad30, 1, 0xffffffff, 0, 0, 0]
             })
         );
         assert_eq!(parse_syscall(""), None);
+        // Fewer than six arguments is not the kernel's format: not trusted.
+        assert_eq!(parse_syscall("7 0x1 0x2"), None);
         #[cfg(target_os = "linux")]
         {
             assert!(is_read_syscall(i64::from(libc::SYS_read)));
@@ -740,6 +1028,136 @@ mod tests {
         );
     }
 
+    const TTY: &str = "/dev/pts/7";
+
+    fn terminal() -> InputEndpoint {
+        InputEndpoint::Terminal { path: TTY.into() }
+    }
+
+    #[test]
+    fn a_select_or_poll_whose_read_interest_includes_the_input_is_waiting() {
+        const SET: u64 = 0x7ffc_6e5e_8830;
+        let mut f = fds(&[(0, TTY), (3, "pipe:[42]"), (4, "socket:[9]")]);
+        let pselect = |nfds: u64| blocked_in(libc::SYS_pselect6, &[nfds, SET, 0, 0, 0, 0x7ffc]);
+        // GNU readline at a prompt: pselect6(1, {0}, NULL, NULL, NULL, mask).
+        f.memory.insert(SET, select_set(&[0], 1));
+        assert_eq!(
+            judge(b'S', Some(&pselect(1)), None, &f, &terminal()),
+            Verdict::Waiting
+        );
+        // Waiting on a pipe and a socket, not on the input.
+        f.memory.insert(SET, select_set(&[3, 4], 1));
+        assert_eq!(
+            judge(b'S', Some(&pselect(5)), None, &f, &terminal()),
+            Verdict::NotWaiting
+        );
+        // Only fds below nfds count.
+        f.memory.insert(SET, select_set(&[0, 3], 1));
+        assert_eq!(
+            judge(b'S', Some(&pselect(0)), None, &f, &terminal()),
+            Verdict::NotWaiting
+        );
+        // No read set (a select used as a sleep).
+        let sleep = blocked_in(libc::SYS_pselect6, &[0, 0, 0, 0, 0x7ffc]);
+        assert_eq!(
+            judge(b'S', Some(&sleep), None, &f, &terminal()),
+            Verdict::NotWaiting
+        );
+        // The interest list cannot be read: unknown, not a guess.
+        f.memory.clear();
+        assert_eq!(
+            judge(b'S', Some(&pselect(1)), None, &f, &terminal()),
+            Verdict::Unknown
+        );
+        // A set wider than is looked at, without the input in its first part: unknown.
+        let wide = MAX_WATCHED as u64 * 2;
+        f.memory.insert(SET, select_set(&[3], MAX_WATCHED / 8));
+        assert_eq!(
+            judge(b'S', Some(&pselect(wide)), None, &f, &terminal()),
+            Verdict::Unknown
+        );
+
+        // poll: the input asked for reading among other fds; asked only for writing.
+        const ARRAY: u64 = 0x5556_c3f1_ad30;
+        let ppoll = |n: u64| blocked_in(libc::SYS_ppoll, &[ARRAY, n, 0, 0]);
+        f.memory.insert(
+            ARRAY,
+            poll_array(&[(4, libc::POLLIN), (-1, libc::POLLIN), (0, libc::POLLIN)]),
+        );
+        assert_eq!(
+            judge(b'S', Some(&ppoll(3)), None, &f, &terminal()),
+            Verdict::Waiting
+        );
+        assert_eq!(
+            judge(b'S', Some(&ppoll(2)), None, &f, &terminal()),
+            Verdict::NotWaiting,
+            "the input is the third entry"
+        );
+        f.memory
+            .insert(ARRAY, poll_array(&[(0, libc::POLLOUT), (3, libc::POLLIN)]));
+        assert_eq!(
+            judge(b'S', Some(&ppoll(2)), None, &f, &terminal()),
+            Verdict::NotWaiting
+        );
+        // A read of the input through /dev/tty counts as the terminal's.
+        f.links.insert(5, "/dev/tty".into());
+        f.memory.insert(ARRAY, poll_array(&[(5, libc::POLLRDNORM)]));
+        assert_eq!(
+            judge(b'S', Some(&ppoll(1)), None, &f, &terminal()),
+            Verdict::Waiting
+        );
+        // Still the state letter first: a busy process is not waiting.
+        assert_eq!(
+            judge(b'R', Some(&ppoll(1)), None, &f, &terminal()),
+            Verdict::NotWaiting
+        );
+    }
+
+    #[test]
+    fn an_epoll_wait_with_the_input_among_its_targets_is_waiting() {
+        // Node's REPL: epoll_pwait(13, …, 1024, 8095) with the terminal, reopened as fd 20,
+        // among eventfds and pipes.
+        let info = |events: &str| {
+            format!(
+                "pos:\t0\nflags:\t02000002\nmnt_id:\t17\nino:\t1038\n\
+                 tfd:       16 events:       19 data:               10  pos:0 ino:40e sdev:10\n\
+                 tfd:       20 events: {events:>8} data:               14  pos:0 ino:4 sdev:1a\n"
+            )
+        };
+        let mut f = fds(&[(13, "anon_inode:[eventpoll]"), (16, "anon_inode:[eventfd]")]);
+        f.links.insert(20, TTY.into());
+        let wait = blocked_in(libc::SYS_epoll_pwait, &[13, 0x7ffe, 0x400, 0x1f9f, 0, 8]);
+        f.fdinfo.insert(13, info("19"));
+        assert_eq!(
+            judge(b'S', Some(&wait), None, &f, &terminal()),
+            Verdict::Waiting
+        );
+        // Registered for writing only.
+        f.fdinfo.insert(13, info("4"));
+        assert_eq!(
+            judge(b'S', Some(&wait), None, &f, &terminal()),
+            Verdict::NotWaiting
+        );
+        // A dev server's event loop: its sockets, not the input.
+        f.links.insert(20, "socket:[77]".into());
+        f.fdinfo.insert(13, info("19"));
+        assert_eq!(
+            judge(b'S', Some(&wait), None, &f, &terminal()),
+            Verdict::NotWaiting
+        );
+        // The epoll fd's fdinfo is gone (closed meanwhile): unknown.
+        f.fdinfo.clear();
+        assert_eq!(
+            judge(b'S', Some(&wait), None, &f, &terminal()),
+            Verdict::Unknown
+        );
+        assert_eq!(
+            epoll_targets_for_reading("pos:\t0\nflags:\t02\n"),
+            Some(vec![])
+        );
+        assert_eq!(epoll_targets_for_reading("tfd: x events: 19\n"), None);
+    }
+
     #[test]
     fn a_tree_waits_when_one_member_does_and_is_unknown_when_one_cannot_be_judged() {
         use Verdict::*;
@@ -784,5 +1202,84 @@ mod tests {
         stdin.write_all(b"yes\n").expect("write");
         let out = child.wait_with_output().expect("wait");
         assert_eq!(out.stdout, b"got yes\n");
+    }
+
+    /// Rule 3 on real processes: Python waiting for its stdin pipe in `select`, `poll` and
+    /// `epoll` (the interest lists read from its memory and its epoll fd's fdinfo).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn real_readiness_waits_on_the_stdin_pipe_are_found_waiting() {
+        use std::io::Write;
+        use std::os::unix::process::CommandExt;
+        let waits = [
+            "select.select([sys.stdin], [], [])",
+            "p = select.poll(); p.register(0, select.POLLIN); p.poll()",
+            "e = select.epoll(); e.register(0, select.EPOLLIN); e.poll()",
+            // Watching another pipe (its own) and the input: still the input it would take.
+            "r, w = os.pipe(); select.select([r, sys.stdin], [], [])",
+        ];
+        for wait in waits {
+            let mut child = std::process::Command::new("python3")
+                .args([
+                    "-c",
+                    &format!("import os, select, sys\n{wait}\nprint(sys.stdin.readline())"),
+                ])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .process_group(0)
+                .spawn()
+                .expect("python3 (a CI prerequisite)");
+            let shell = super::super::tree::identify(child.id() as i32).expect("identity");
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while check_many(&[shell]) != vec![Some(true)] {
+                assert!(std::time::Instant::now() < deadline, "{wait}: never seen");
+                std::thread::yield_now();
+            }
+            let mut stdin = child.stdin.take().expect("stdin");
+            stdin.write_all(b"yes\n").expect("write");
+            drop(stdin);
+            let out = child.wait_with_output().expect("wait");
+            assert_eq!(out.stdout, b"yes\n\n", "{wait}");
+        }
+    }
+
+    /// And a readiness wait on something else is not a wait for input: Python sleeping in
+    /// `select` on a pipe of its own, its stdin untouched.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_real_readiness_wait_on_another_pipe_is_not_waiting() {
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import os, select\nr, w = os.pipe()\nprint('in', flush=True)\nselect.select([r], [], [])",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("python3 (a CI prerequisite)");
+        let shell = super::super::tree::identify(child.id() as i32).expect("identity");
+        let mut line = [0u8; 3];
+        std::io::Read::read_exact(child.stdout.as_mut().expect("stdout"), &mut line).expect("in");
+        // Now it is in (or about to enter) the select: seen as a wait that is not for input,
+        // never as waiting. Until its syscall shows the select, it reads as running or as
+        // another syscall: also "not waiting".
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let syscall =
+                std::fs::read_to_string(format!("/proc/{}/syscall", shell.pid)).unwrap_or_default();
+            let in_wait = parse_syscall(&syscall).is_some_and(|s| {
+                matches!(s, SyscallState::Blocked { nr, args } if readiness_wait(nr, &args).is_some())
+            });
+            assert_eq!(check_many(&[shell]), vec![Some(false)]);
+            if in_wait {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "never in select");
+            std::thread::yield_now();
+        }
+        child.kill().expect("kill");
+        child.wait().expect("reap");
     }
 }
