@@ -4,61 +4,46 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// The workspace directories a product binary is built from: its own crate, the crates it
-/// depends on, and files it compiles in (`yieldctl` embeds the unit files of `packaging/`).
-///
-/// Per binary, because `cargo build --workspace` relinks only the binaries whose inputs changed:
-/// after an edit to `cli/` alone, `yieldshelld` is rightly left as it was.
-fn source_dirs(name: &str) -> &'static [&'static str] {
-    match name {
-        "yieldshelld" => &["proto", "daemon"],
-        // Only the unit files: the rest of `packaging/` (release.sh, the wheel's and npm's
-        // manifests) is not compiled in, and editing it must not make yieldctl look stale.
-        "yieldctl" => &["proto", "cli", "packaging/systemd", "packaging/launchd"],
-        "mcp-yieldshell" => &["proto", "shim"],
-        _ => &[
-            "proto",
-            "daemon",
-            "cli",
-            "shim",
-            "packaging/systemd",
-            "packaging/launchd",
-        ],
+/// Newest modification time of the files `binary` was built from, as cargo recorded them in its
+/// dep-info file beside it (`<name>.d`: `target: dep dep …`, spaces in paths escaped). That list
+/// is exactly what the compiler read for this target — a Linux-only module edited after a
+/// Windows build is not in the Windows binary's list, so it does not make the `.exe` look stale
+/// (a walk over the crate directories did). Files gone since count as changed.
+fn newest_source(binary: &Path) -> std::time::SystemTime {
+    let dep_info = binary.with_extension("d");
+    let text = std::fs::read_to_string(&dep_info).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (cargo writes it with the binary: rebuild)",
+            dep_info.display()
+        )
+    });
+    let deps = text
+        .lines()
+        .find_map(|l| l.split_once(": "))
+        .map_or("", |(_, deps)| deps);
+    let mut newest = std::time::UNIX_EPOCH;
+    let mut path = String::new();
+    let mut chars = deps.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek().is_some_and(|n| *n == ' ' || *n == '\\') => {
+                path.extend(chars.next());
+            }
+            ' ' => newest = newest.max(modified(&std::mem::take(&mut path))),
+            c => path.push(c),
+        }
     }
+    newest.max(modified(&path))
 }
 
-/// Newest modification time of the sources `name` is built from.
-fn newest_source(name: &str) -> std::time::SystemTime {
-    fn walk(dir: &Path, newest: &mut std::time::SystemTime) {
-        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                walk(&p, newest);
-            } else if p.extension().is_some_and(|x| {
-                // Sources, manifests, and the unit files `yieldctl` includes (not their README).
-                ["rs", "proto", "toml", "service", "socket", "plist"]
-                    .iter()
-                    .any(|ext| x == *ext)
-            }) && let Ok(m) = e.metadata().and_then(|m| m.modified())
-            {
-                *newest = (*newest).max(m);
-            }
-        }
+/// A dependency's modification time; a missing one as "now" (it changed), none for "".
+fn modified(path: &str) -> std::time::SystemTime {
+    if path.is_empty() {
+        return std::time::UNIX_EPOCH;
     }
-    type Cache = std::sync::Mutex<std::collections::HashMap<String, std::time::SystemTime>>;
-    static NEWEST: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
-    let mut cache = NEWEST
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    *cache.entry(name.to_string()).or_insert_with(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let mut newest = std::time::UNIX_EPOCH;
-        for dir in source_dirs(name) {
-            walk(&root.join(dir), &mut newest);
-        }
-        newest
-    })
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| std::time::SystemTime::now())
 }
 
 /// Path of a binary built by this workspace (next to the test executable's `deps` dir).
@@ -84,7 +69,7 @@ pub fn bin(name: &str) -> PathBuf {
             .and_then(|m| m.modified())
             .expect("binary mtime");
         assert!(
-            built >= newest_source(name),
+            built >= newest_source(&path),
             "{} is older than its sources: run `cargo build --workspace` before the tests",
             path.display()
         );
@@ -123,7 +108,7 @@ pub fn windows_bin(name: &str) -> PathBuf {
         .and_then(|m| m.modified())
         .expect("binary mtime");
     assert!(
-        built >= newest_source(name),
+        built >= newest_source(&path),
         "{} is older than its sources: run `{build}` first",
         path.display()
     );
