@@ -208,6 +208,12 @@ fn hint(
 ) -> Option<String> {
     let id = &info.process_id;
     let echo_off = info.echo_off == Some(true);
+    // A server says where it can be reached.
+    let listening = if info.listening.is_empty() {
+        String::new()
+    } else {
+        format!(", listening on {}", info.listening.join(", "))
+    };
     Some(match status {
         pb::ExecStatus::Backgrounded if info.waiting_for_input == Some(true) => format!(
             "yieldctl: {id} (pid {}) is waiting for {} and continues in the background.\n  \
@@ -226,12 +232,12 @@ fn hint(
             },
         ),
         pb::ExecStatus::Backgrounded if resp.matched_seq.is_some() => format!(
-            "yieldctl: {id} (pid {}) printed a line matching --until and continues in the background.\n  \
+            "yieldctl: {id} (pid {}) printed a line matching --until and continues in the background{listening}.\n  \
              follow it: yieldctl read {id} --since {next_seq} --follow    stop it: yieldctl stop {id}",
             info.pid.unwrap_or_default(),
         ),
         pb::ExecStatus::Backgrounded => format!(
-            "yieldctl: {id} (pid {}) is still running after {} ms and continues in the background.\n  \
+            "yieldctl: {id} (pid {}) is still running after {} ms and continues in the background{listening}.\n  \
              follow it: yieldctl read {id} --follow    {}stop it: yieldctl stop {id}",
             info.pid.unwrap_or_default(),
             resp.yield_ms,

@@ -55,7 +55,7 @@ pub async fn ps(ctx: &Ctx, a: PsArgs) -> anyhow::Result<u8> {
     }
     let mut table = render::Table::new(
         vec![
-            "ID", "PID", "STATUS", "TTY", "EXIT", "STARTED", "TIME", "NAME", "COMMAND",
+            "ID", "PID", "STATUS", "TTY", "EXIT", "STARTED", "TIME", "PORTS", "NAME", "COMMAND",
         ],
         ctx.color,
     );
@@ -88,6 +88,7 @@ pub async fn ps(ctx: &Ctx, a: PsArgs) -> anyhow::Result<u8> {
             (exit, None),
             (render::ago(now, p.started_at_unix_ms), None),
             (render::duration_ms(p.duration_ms), None),
+            (ports(&p.listening), None),
             (
                 if p.name.is_empty() {
                     "-".into()
@@ -101,6 +102,21 @@ pub async fn ps(ctx: &Ctx, a: PsArgs) -> anyhow::Result<u8> {
     }
     render::stdout_bytes(table.render().as_bytes())?;
     Ok(exit::OK)
+}
+
+/// The PORTS column: the ports of the listening addresses, each once, in their order (by port);
+/// `--json ps` has the addresses.
+fn ports(listening: &[String]) -> String {
+    let mut ports: Vec<&str> = listening
+        .iter()
+        .filter_map(|a| a.rsplit_once(':').map(|(_, port)| port))
+        .collect();
+    ports.dedup();
+    if ports.is_empty() {
+        "-".into()
+    } else {
+        ports.join(",")
+    }
 }
 
 /// Arguments of `stop`.

@@ -135,6 +135,10 @@ pub struct ExecView {
     /// True while its terminal's echo is off: a password prompt (absent otherwise).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub echo_off: bool,
+    /// While running: the TCP addresses its process tree listens on (`127.0.0.1:5173`,
+    /// `[::]:8080`), sorted by port (absent when none, or where it cannot be told).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listening: Vec<String>,
 }
 
 impl ExecView {
@@ -163,6 +167,7 @@ impl ExecView {
             waiting_for_input: false,
             tty: false,
             echo_off: false,
+            listening: Vec::new(),
         }
     }
 }
@@ -201,6 +206,7 @@ impl ExecView {
             waiting_for_input: p.waiting_for_input == Some(true),
             tty: p.tty,
             echo_off: p.echo_off == Some(true),
+            listening: p.listening.clone(),
         }
     }
 }
@@ -301,6 +307,10 @@ pub struct ReadView {
     /// True while its terminal's echo is off: a password prompt (absent otherwise).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub echo_off: bool,
+    /// While running: the TCP addresses its process tree listens on (`127.0.0.1:5173`,
+    /// `[::]:8080`), sorted by port (absent when none, or where it cannot be told).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listening: Vec<String>,
     /// With `screen`: the terminal as rendered, rows joined by newlines, trailing spaces trimmed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub screen: Option<String>,
@@ -341,6 +351,7 @@ impl ReadView {
             waiting_for_input: p.waiting_for_input == Some(true),
             tty: p.tty,
             echo_off: p.echo_off == Some(true),
+            listening: p.listening.clone(),
             screen: None,
             cursor: None,
         }
@@ -555,6 +566,10 @@ pub struct ProcessSummary {
     /// True while its terminal's echo is off: a password prompt (absent otherwise).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub echo_off: bool,
+    /// While running: the TCP addresses its process tree listens on (`127.0.0.1:5173`,
+    /// `[::]:8080`), sorted by port (absent when none, or where it cannot be told).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listening: Vec<String>,
 }
 
 impl From<&pb::ProcessInfo> for ProcessSummary {
@@ -580,6 +595,7 @@ impl From<&pb::ProcessInfo> for ProcessSummary {
             waiting_for_input: p.waiting_for_input == Some(true),
             tty: p.tty,
             echo_off: p.echo_off == Some(true),
+            listening: p.listening.clone(),
         }
     }
 }

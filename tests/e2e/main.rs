@@ -22,6 +22,7 @@ mod holders_spare;
 mod holders_zygote;
 mod input_wait;
 mod lean_answers;
+mod listening;
 mod mcp_tasks;
 mod mcp_tasks_wire;
 mod packaging;

@@ -52,19 +52,15 @@
 //! # Cost
 //! One check reads the shell's fd 0 link, `stat` and `syscall`, and the same per member of its
 //! session (plus one fd link for a member blocked in a read, and for one in a readiness wait its
-//! interest list and one fd link per fd watched for reading, at most [`MAX_WATCHED`]). The members are found from one pass
-//! over every `/proc/<pid>/stat` of the machine (Linux keeps no index by session), shared by all
-//! checks for 250 ms, so at most four such passes run a second; a member forked within that
-//! window is seen by a later check. Checks run on the blocking pool ([`check_off_runtime`]). The
-//! answer given to `read`, `ps` and `exec` is reused for 100 ms, so a client polling `read` costs
-//! at most ten checks a second per process. [`until_waiting`] checks afresh every [`CHECK_EVERY`]
-//! while an `exec` or a `wait(for_input)` waits, and only then. A background start (an `exec`
-//! whose yield is under [`EXEC_FIRST_CHECK`]) is not checked at all, nor is a process younger
-//! than 250 ms in `read`/`ps` answers (the field is absent then).
+//! interest list and one fd link per fd watched for reading, at most [`MAX_WATCHED`]). The
+//! members come from [`super::sessions`]' shared pass over `/proc`. Checks run on the blocking
+//! pool ([`check_off_runtime`]). The answers given to `read`, `ps` and `exec` come from
+//! [`super::live_facts`], which reuses each for 100 ms and skips processes younger than 250 ms;
+//! [`until_waiting`] checks afresh every [`CHECK_EVERY`] while an `exec` or a `wait(for_input)`
+//! waits, and only then. A background start (an `exec` whose yield is under
+//! [`EXEC_FIRST_CHECK`]) is not checked at all.
 
 use std::time::Duration;
-
-use yieldshell_proto::pb;
 
 use super::tree::Identity;
 
@@ -208,6 +204,10 @@ pub enum ReadinessWait {
 /// The most fds of one readiness wait looked at: a prompt watches one or a few; a server may
 /// watch thousands of sockets, each of which would cost a `/proc` link read.
 pub const MAX_WATCHED: usize = 1024;
+
+/// The most of an epoll fd's `fdinfo` read: a line per watched fd (about 90 bytes), so more than
+/// [`MAX_WATCHED`] of them, without reading megabytes for a server's ten thousand connections.
+pub const FDINFO_MAX_BYTES: u64 = 256 * 1024;
 
 /// Linux's numbers of the readiness waits, by kind, as `/proc/<pid>/syscall` reports them
 /// (`select`, `poll` and `epoll_wait` exist only in some architectures' tables; aarch64 has the
@@ -359,8 +359,9 @@ pub trait ProcessView {
     fn readable_pipes(&self) -> Option<Vec<String>>;
     /// `len` bytes of its memory at `addr`; `None` when unreadable.
     fn memory(&self, addr: u64, len: usize) -> Option<Vec<u8>>;
-    /// The text of `/proc/<pid>/fdinfo/<fd>`; `None` when unreadable or closed.
-    fn fdinfo(&self, fd: u64) -> Option<String>;
+    /// The text of `/proc/<pid>/fdinfo/<fd>`, whole lines of at most [`FDINFO_MAX_BYTES`], and
+    /// whether there was more; `None` when unreadable or closed.
+    fn fdinfo(&self, fd: u64) -> Option<(String, bool)>;
 }
 
 /// The fds a readiness wait watches for reading, at most [`MAX_WATCHED`], and whether it may
@@ -386,7 +387,10 @@ fn watched_for_reading(wait: ReadinessWait, view: &impl ProcessView) -> Option<(
             let bytes = view.memory(fds, (entries * 8) as usize)?;
             (fds_polled_for_reading(&bytes), nfds > entries)
         }
-        ReadinessWait::Epoll { epfd } => (epoll_targets_for_reading(&view.fdinfo(epfd)?)?, false),
+        ReadinessWait::Epoll { epfd } => {
+            let (text, cut) = view.fdinfo(epfd)?;
+            (epoll_targets_for_reading(&text)?, cut)
+        }
     };
     let more = beyond || fds.len() > MAX_WATCHED;
     fds.truncate(MAX_WATCHED);
@@ -491,9 +495,7 @@ pub fn combine(verdicts: impl IntoIterator<Item = Verdict>) -> Option<bool> {
 mod linux {
     //! The `/proc` reader behind [`check_many`](super::check_many).
 
-    use std::collections::HashMap;
-    use std::sync::{Arc, Mutex};
-    use std::time::{Duration, Instant};
+    use std::collections::{HashMap, HashSet};
 
     use super::super::tree::{self, Identity, ProcStat};
     use super::{InputEndpoint, ProcessView, Verdict, judge, parse_pipe_link};
@@ -518,8 +520,19 @@ mod linux {
             Some(bytes)
         }
 
-        fn fdinfo(&self, fd: u64) -> Option<String> {
-            std::fs::read_to_string(format!("/proc/{}/fdinfo/{fd}", self.0)).ok()
+        fn fdinfo(&self, fd: u64) -> Option<(String, bool)> {
+            use std::io::Read;
+            let file = std::fs::File::open(format!("/proc/{}/fdinfo/{fd}", self.0)).ok()?;
+            let mut text = String::new();
+            file.take(super::FDINFO_MAX_BYTES + 1)
+                .read_to_string(&mut text)
+                .ok()?;
+            if text.len() as u64 <= super::FDINFO_MAX_BYTES {
+                return Some((text, false));
+            }
+            // Cut: keep whole lines only.
+            text.truncate(text.rfind('\n').map_or(0, |end| end + 1));
+            Some((text, true))
         }
 
         fn readable_pipes(&self) -> Option<Vec<String>> {
@@ -621,70 +634,16 @@ mod linux {
         answers
     }
 
-    /// Live processes as (pid, session, process group), from one pass over `/proc`.
-    struct Snapshot {
-        taken: Instant,
-        processes: Vec<(i32, i32, i32)>,
-    }
-
-    /// The last pass, shared by every check for [`SNAPSHOT_TTL`]: a daemon asked about many
-    /// processes at once (agents polling `read`, `ps`) reads each `stat` of the machine a few
-    /// times a second at most, instead of once per call.
-    static SNAPSHOT: Mutex<Option<Arc<Snapshot>>> = Mutex::new(None);
-
-    /// How long a pass is reused. A member forked since is missed by the checks of that window;
-    /// the next pass finds it.
-    const SNAPSHOT_TTL: Duration = Duration::from_millis(250);
-
-    fn snapshot() -> Option<Arc<Snapshot>> {
-        let fresh = |s: &Arc<Snapshot>| s.taken.elapsed() < SNAPSHOT_TTL;
-        if let Some(s) = SNAPSHOT
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .filter(|s| fresh(s))
-        {
-            return Some(s.clone());
-        }
-        // Scanned without the lock: concurrent checks may scan twice, never wait on each other.
-        let taken = Instant::now();
-        let mut processes = Vec::new();
-        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            if let Some(stat) = tree::read_stat(pid).filter(ProcStat::is_alive) {
-                processes.push((pid, stat.session, stat.pgrp));
-            }
-        }
-        let snap = Arc::new(Snapshot { taken, processes });
-        *SNAPSHOT.lock().unwrap_or_else(|e| e.into_inner()) = Some(snap.clone());
-        Some(snap)
-    }
-
     /// Judges every live member of a pending shell's session or group.
     fn scan_members(pending: &mut HashMap<i32, (InputEndpoint, Vec<Verdict>)>) {
-        let Some(snap) = snapshot() else {
+        let Some(snap) = super::super::sessions::snapshot() else {
             for (_, verdicts) in pending.values_mut() {
                 verdicts.push(Verdict::Unknown);
             }
             return;
         };
-        for &(pid, session, pgrp) in &snap.processes {
-            if pending.contains_key(&pid) {
-                continue; // a shell, judged already
-            }
-            let leader = if pending.contains_key(&session) {
-                session
-            } else if pending.contains_key(&pgrp) {
-                pgrp
-            } else {
-                continue;
-            };
+        let leaders: HashSet<i32> = pending.keys().copied().collect();
+        for (pid, leader) in snap.members(|p| leaders.contains(&p)) {
             // The state now, not as of the snapshot.
             let Some(stat) = tree::read_stat(pid).filter(ProcStat::is_alive) else {
                 continue;
@@ -713,15 +672,32 @@ pub fn check_many(shells: &[Identity]) -> Vec<Option<bool>> {
 /// Whether detection works on this platform at all.
 pub const SUPPORTED: bool = cfg!(target_os = "linux");
 
+/// How long an answer waits for a `/proc` check before it goes without (fields absent). A check
+/// takes well under a millisecond per process, but reading a process's memory can block for as
+/// long as its page does (memory mapped from a hung FUSE or network filesystem): the stuck
+/// thread is the blocking pool's, never a caller's.
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Runs a `/proc` check on the blocking pool for at most [`CHECK_TIMEOUT`]; `None` when it
+/// failed or took longer.
+pub async fn off_runtime<T: Send + 'static>(
+    check: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    match tokio::time::timeout(CHECK_TIMEOUT, tokio::task::spawn_blocking(check)).await {
+        Ok(Ok(found)) => Some(found),
+        Ok(Err(_)) | Err(_) => None,
+    }
+}
+
 /// [`check_many`] on the blocking pool.
 pub async fn check_off_runtime(shells: Vec<Identity>) -> Vec<Option<bool>> {
     if !SUPPORTED || shells.is_empty() {
         return vec![None; shells.len()];
     }
     let n = shells.len();
-    tokio::task::spawn_blocking(move || check_many(&shells))
+    off_runtime(move || check_many(&shells))
         .await
-        .unwrap_or_else(|_| vec![None; n])
+        .unwrap_or_else(|| vec![None; n])
 }
 
 /// Whether the process with this shell waits for input now (one check).
@@ -750,67 +726,6 @@ pub async fn until_waiting(shell: Identity, first_check: Duration) {
         before = now;
         tokio::time::sleep(CHECK_EVERY).await;
     }
-}
-
-/// Fills in `waiting_for_input` of each [`ProcessInfo`](pb::ProcessInfo) reported running for at
-/// least [`MIN_AGE`], with one check for all of them (`ps` asks for many). Others keep it absent.
-pub async fn annotate<'a>(
-    pairs: impl IntoIterator<Item = (&'a super::ManagedProcess, &'a mut pb::ProcessInfo)>,
-) {
-    let running = pb::ProcessStatus::Running as i32;
-    let (infos, shells): (Vec<_>, Vec<_>) = pairs
-        .into_iter()
-        .filter(|(proc, info)| info.status == running && proc.started.elapsed() >= MIN_AGE)
-        .filter_map(|(proc, info)| Some((info, proc.state().identity?)))
-        .unzip();
-    for (info, answer) in infos.into_iter().zip(recent_answers(shells).await) {
-        info.waiting_for_input = answer;
-    }
-}
-
-/// The youngest process `read`, `ps` and `exec` judge: most commands are over before this, and
-/// checking each of them would cost a busy daemon `/proc` reads for nothing. (An `exec` that
-/// yields early has judged its command itself.)
-const MIN_AGE: Duration = Duration::from_millis(250);
-
-/// How long an answer given to `read`, `ps` or `exec` is given again: a client polling `read` in
-/// a loop costs one check per process per this window, not one per call. (The waits of
-/// [`until_waiting`] always check afresh.)
-const ANSWER_TTL: Duration = Duration::from_millis(100);
-
-/// When each shell was last checked, and the answer.
-type Answers = std::collections::HashMap<Identity, (std::time::Instant, Option<bool>)>;
-
-/// Recent answers by shell, for [`ANSWER_TTL`].
-static ANSWERS: std::sync::Mutex<Option<Answers>> = std::sync::Mutex::new(None);
-
-/// [`check_off_runtime`], answering from [`ANSWERS`] what was checked within [`ANSWER_TTL`].
-async fn recent_answers(shells: Vec<Identity>) -> Vec<Option<bool>> {
-    let mut answers = vec![None; shells.len()];
-    let mut missing = Vec::new();
-    {
-        let mut cache = ANSWERS.lock().unwrap_or_else(|e| e.into_inner());
-        let cache = cache.get_or_insert_with(Default::default);
-        cache.retain(|_, (at, _)| at.elapsed() < ANSWER_TTL);
-        for (i, shell) in shells.iter().enumerate() {
-            match cache.get(shell) {
-                Some((_, answer)) => answers[i] = *answer,
-                None => missing.push(i),
-            }
-        }
-    }
-    if missing.is_empty() {
-        return answers;
-    }
-    let checked = check_off_runtime(missing.iter().map(|&i| shells[i]).collect()).await;
-    let now = std::time::Instant::now();
-    let mut cache = ANSWERS.lock().unwrap_or_else(|e| e.into_inner());
-    let cache = cache.get_or_insert_with(Default::default);
-    for (i, answer) in missing.into_iter().zip(checked) {
-        answers[i] = answer;
-        cache.insert(shells[i], (now, answer));
-    }
-    answers
 }
 
 // The tests speak Linux syscall numbers, the only ones a process reports.
@@ -845,8 +760,8 @@ mod tests {
             let from = usize::try_from(addr - start).ok()?;
             bytes.get(from..from + len).map(<[u8]>::to_vec)
         }
-        fn fdinfo(&self, fd: u64) -> Option<String> {
-            self.fdinfo.get(&fd).cloned()
+        fn fdinfo(&self, fd: u64) -> Option<(String, bool)> {
+            self.fdinfo.get(&fd).map(|t| (t.clone(), false))
         }
     }
 

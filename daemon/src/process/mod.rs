@@ -13,8 +13,12 @@ pub mod input_wait;
 mod io;
 #[cfg(windows)]
 pub mod job;
+pub mod listening;
+pub mod live_facts;
 #[cfg(unix)]
 pub mod reaper;
+#[cfg(target_os = "linux")]
+pub mod sessions;
 #[cfg(unix)]
 pub mod spawn;
 mod stop;
@@ -495,8 +499,10 @@ impl ManagedProcess {
             lost_reason: state.lost_reason.map(|r| r.as_str().to_string()),
             ended_by: state.ended_by.map(|e| e.as_str().to_string()),
             spool_dropped_bytes: spool_dropped,
-            // Needs a `/proc` check off the runtime: the RPC handlers add it (`input_wait`).
+            // These need `/proc` checks off the runtime: the RPC handlers add them
+            // (`live_facts`).
             waiting_for_input: None,
+            listening: Vec::new(),
             tty: self.on_terminal(),
             // While something runs on it (one ioctl on the master): the terminal edits lines
             // but does not echo them, as a password prompt sets it (`getpass`, `ssh`, `sudo`).

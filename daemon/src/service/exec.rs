@@ -27,7 +27,9 @@ use crate::policy::Refusal;
 use crate::policy::redact::Redactor;
 use crate::process::actor::{self, ActorContext};
 use crate::process::terminal::TermSize;
-use crate::process::{ManagedProcess, ProcessFacts, Status, input_wait, new_process_id, terminal};
+use crate::process::{
+    ManagedProcess, ProcessFacts, Status, input_wait, live_facts, new_process_id, terminal,
+};
 use crate::session::{Session, check_env_size};
 
 fn refused(r: Refusal) -> pb::ExecResponse {
@@ -338,12 +340,19 @@ pub(super) async fn exec(
         ..respond(&proc, max_out, yield_ms)
     };
     if let Some(info) = resp.process.as_mut() {
+        if Duration::from_millis(yield_ms) >= input_wait::EXEC_FIRST_CHECK {
+            // A shorter yield (a start in the background) leaves the command no time to reach a
+            // prompt or bind a port: it is not checked, so starting many costs no `/proc` reads.
+            // A command that printed its `until` line is checked however young.
+            let min_age = if resp.matched_seq.is_some() {
+                Duration::ZERO
+            } else {
+                live_facts::MIN_AGE
+            };
+            live_facts::annotate(min_age, [(&*proc, &mut *info)]).await;
+        }
         if yielded_for_input && info.status == pb::ProcessStatus::Running as i32 {
             info.waiting_for_input = Some(true);
-        } else if Duration::from_millis(yield_ms) >= input_wait::EXEC_FIRST_CHECK {
-            // A shorter yield (a start in the background) leaves the command no time to reach a
-            // prompt: it is not checked, so starting many costs no `/proc` reads.
-            input_wait::annotate([(&*proc, info)]).await;
         }
     }
     if resp.status == pb::ExecStatus::Backgrounded as i32 {

@@ -18,7 +18,7 @@ use super::{
     stream_filter,
 };
 use crate::output::{LogEnd, ReadQuery, RunsPage, Stream, StreamFilter};
-use crate::process::{ManagedProcess, ProcState, input_wait};
+use crate::process::{ManagedProcess, ProcState, input_wait, live_facts};
 
 /// Largest `tail_lines` accepted.
 const MAX_TAIL_LINES: u32 = 100_000;
@@ -65,7 +65,7 @@ pub(super) async fn read(
         return Err(ErrorKind::InvalidArgument.status(format!("{} {why}", proc.facts.id)));
     }
     let mut process = proc.info();
-    input_wait::annotate([(&*proc, &mut process)]).await;
+    live_facts::annotate(live_facts::MIN_AGE, [(&*proc, &mut process)]).await;
     let out = read_output(&proc, q).await?;
     let screen = match proc.terminal.as_ref().filter(|_| req.screen) {
         // Catching up may read the spool (a flood that outran the ring).
@@ -531,12 +531,12 @@ pub(super) async fn wait(
         )));
     }
     let mut process = proc.info();
+    live_facts::annotate(live_facts::MIN_AGE, [(&*proc, &mut process)]).await;
     if matches!(outcome, WaitOutcome::InputWanted)
         && process.status == pb::ProcessStatus::Running as i32
     {
+        // Found so on two checks in a row: a third, just now, is not needed to say so.
         process.waiting_for_input = Some(true);
-    } else {
-        input_wait::annotate([(&*proc, &mut process)]).await;
     }
     let out = read_output(
         &proc,

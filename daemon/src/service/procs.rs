@@ -8,7 +8,7 @@ use yieldshell_proto::pb;
 use yieldshell_proto::session_config::DEFAULT_CLEANUP_OLDER_THAN_MS;
 
 use super::{ControlService, MAX_WRITE_BYTES, at_most};
-use crate::process::{ManagedProcess, Status, StopReason, input_wait, terminal, tree};
+use crate::process::{ManagedProcess, Status, StopReason, live_facts, terminal, tree};
 use crate::session::Session;
 
 /// Grace before SIGKILL when `stop` names none (the seed's default).
@@ -202,7 +202,11 @@ pub(super) async fn list(
         procs.truncate(req.limit as usize);
     }
     let mut processes: Vec<_> = procs.iter().map(|p| p.info()).collect();
-    input_wait::annotate(procs.iter().map(|p| &**p).zip(processes.iter_mut())).await;
+    live_facts::annotate(
+        live_facts::MIN_AGE,
+        procs.iter().map(|p| &**p).zip(processes.iter_mut()),
+    )
+    .await;
     Ok(pb::ListResponse { processes, matched })
 }
 
