@@ -8,6 +8,10 @@
 //! - `spawn_delay:<marker>`: `exec` pauses for [`SPAWN_DELAY`] between writing the `starting`
 //!   record and spawning, so a test can kill its client inside that window (RELIABILITY F3).
 //!
+//! One item is not about commands: `spare_prepare_fails:<n>` makes the first `n` preparations of
+//! idle holders in spare directories fail, as a full disk or a holder killed in its prepare
+//! window would ([`spare_prepare_should_fail`]).
+//!
 //! Clients cannot set it: the daemon reads only its own environment, once.
 
 use std::sync::OnceLock;
@@ -37,6 +41,21 @@ fn injected(kind: &str, command: &[u8]) -> bool {
     faults()
         .iter()
         .any(|(k, m)| k == kind && command.windows(m.len()).any(|w| w == m.as_slice()))
+}
+
+/// Whether this preparation of an idle holder must fail (under `spare_prepare_fails:<n>`, the
+/// first `n` do).
+pub fn spare_prepare_should_fail() -> bool {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PREPARED: AtomicU64 = AtomicU64::new(0);
+    let Some(n) = faults()
+        .iter()
+        .find(|(k, _)| k == "spare_prepare_fails")
+        .and_then(|(_, m)| std::str::from_utf8(m).ok()?.parse::<u64>().ok())
+    else {
+        return false;
+    };
+    PREPARED.fetch_add(1, Ordering::Relaxed) < n
 }
 
 /// Whether the actor of `command` must panic (only under fault injection).

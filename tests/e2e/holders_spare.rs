@@ -129,3 +129,65 @@ async fn a_chosen_id_whose_directory_exists_is_refused_and_the_directory_left_al
     let r = c.exec("echo fine").await;
     assert_eq!(r.process.expect("process").exit_code, Some(0));
 }
+
+/// The daemon's log, all files joined.
+fn daemon_log(d: &TestDaemon) -> String {
+    std::fs::read_dir(d.state.join("logs"))
+        .map(|r| {
+            r.flatten()
+                .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                .collect::<Vec<_>>()
+                .join("")
+        })
+        .unwrap_or_default()
+}
+
+/// One failed preparation (a holder killed in its prepare window, a moment of a full disk) costs
+/// one idle holder, not spare directories for the daemon's life: the next refill uses them again.
+#[tokio::test]
+async fn a_failed_preparation_is_retried_by_the_next_refill() {
+    let d =
+        TestDaemon::start_with_env(&[("YIELDSHELL_TEST_FAULTS", "spare_prepare_fails:1")]).await;
+    let c = d.session();
+    // The first refill (at start) failed; an exec's refill prepares spares again.
+    let r = c.exec("echo one").await;
+    assert_eq!(r.status, pb::ExecStatus::Completed as i32, "{}", r.error);
+    d.idle_holders_ready().await;
+    let log = daemon_log(&d);
+    assert!(log.contains("the next refill tries again"), "{log}");
+    // And an exec takes one of them.
+    let r = c.exec("echo two").await;
+    assert_eq!(r.status, pb::ExecStatus::Completed as i32, "{}", r.error);
+    assert_eq!(r.output.expect("output").stdout, b"two\n");
+}
+
+/// Failures in a row are the filesystem's: holders go on without spare directories, and every
+/// exec still runs.
+#[tokio::test]
+async fn failures_in_a_row_turn_spares_off_and_execs_still_run() {
+    let d =
+        TestDaemon::start_with_env(&[("YIELDSHELL_TEST_FAULTS", "spare_prepare_fails:3")]).await;
+    let c = d.session();
+    let mut n = 0;
+    eventually("spares given up after failures in a row", || {
+        n += 1;
+        let c = &c;
+        let d = &d;
+        let command = format!("echo run{n}");
+        async move {
+            let r = c.exec(&command).await;
+            assert_eq!(r.status, pb::ExecStatus::Completed as i32, "{}", r.error);
+            daemon_log(d).contains("from now on").then_some(())
+        }
+    })
+    .await;
+    for i in 0..5 {
+        let r = c.exec(&format!("echo after{i}")).await;
+        assert_eq!(r.status, pb::ExecStatus::Completed as i32, "{}", r.error);
+        assert_eq!(
+            r.output.expect("output").stdout,
+            format!("after{i}\n").into_bytes()
+        );
+    }
+    assert!(spares(&d).is_empty(), "{:?}", spares(&d));
+}

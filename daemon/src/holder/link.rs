@@ -170,8 +170,9 @@ pub struct HolderPool {
     /// Names spare directories (with the daemon's pid: an idle holder of an earlier daemon may
     /// still be removing its own).
     spares_made: std::sync::atomic::AtomicU64,
-    /// Preparing a holder failed once: no more spare directories.
-    spares_failed: std::sync::atomic::AtomicBool,
+    /// Preparations of idle holders that failed in a row; at [`SPARE_FAILURE_LIMIT`], spare
+    /// directories are given up for the daemon's life.
+    spare_failures: std::sync::atomic::AtomicU32,
     #[cfg(target_os = "linux")]
     zygote: std::sync::Mutex<ZygoteSlot>,
 }
@@ -211,7 +212,7 @@ impl HolderPool {
             refilling: std::sync::atomic::AtomicBool::new(false),
             spare_root,
             spares_made: std::sync::atomic::AtomicU64::new(0),
-            spares_failed: std::sync::atomic::AtomicBool::new(false),
+            spare_failures: std::sync::atomic::AtomicU32::new(0),
             #[cfg(target_os = "linux")]
             zygote: std::sync::Mutex::new(ZygoteSlot::default()),
         }
@@ -311,9 +312,9 @@ impl HolderPool {
         let (sock, pid) = self.spawn()?;
         let id = tree::identify(pid).unwrap_or(Identity { pid, start_time: 0 });
         let spares = self.spare_root.as_ref().filter(|_| {
-            !self
-                .spares_failed
+            self.spare_failures
                 .load(std::sync::atomic::Ordering::Relaxed)
+                < SPARE_FAILURE_LIMIT
         });
         let Some(root) = spares else {
             return Ok(Idle {
@@ -327,24 +328,40 @@ impl HolderPool {
             .spares_made
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = root.join(format!("{}-{n}", std::process::id()));
-        crate::record::create_private_dir(&dir)?;
-        match prepare(&sock, &dir) {
-            Ok(launch) => Ok(Idle {
-                sock,
-                id,
-                spare: Some(dir),
-                launch,
-            }),
+        let prepared = if crate::faults::spare_prepare_should_fail() {
+            Err(io::Error::other("injected fault: spare_prepare_fails"))
+        } else {
+            crate::record::create_private_dir(&dir).and_then(|()| prepare(&sock, &dir))
+        };
+        match prepared {
+            Ok(launch) => {
+                self.spare_failures
+                    .store(0, std::sync::atomic::Ordering::Relaxed);
+                Ok(Idle {
+                    sock,
+                    id,
+                    spare: Some(dir),
+                    launch,
+                })
+            }
             Err(e) => {
                 // The holder exits once its socket closes; the directory is removed here, as
-                // the holder may not have got as far as to remove it itself. Later holders
-                // wait without one (each exec then creates its process directory, as where
-                // there are no spares): a failure here is the filesystem's, not this holder's.
+                // the holder may not have got as far as to remove it itself. A failure may be
+                // this holder's (killed in its prepare window, stalled by a loaded machine):
+                // the next refill tries again. Several in a row are the filesystem's (full, or
+                // refusing sockets): holders then wait without spare directories, and each exec
+                // creates its process directory, as where there are no spares.
                 drop(sock);
                 let _ = std::fs::remove_dir_all(&dir);
-                self.spares_failed
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-                tracing::warn!(dir = %dir.display(), "preparing an idle holder failed ({e}); holders wait without spare directories from now on");
+                let failures = self
+                    .spare_failures
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    + 1;
+                if failures >= SPARE_FAILURE_LIMIT {
+                    tracing::warn!(dir = %dir.display(), "preparing an idle holder failed ({e}), {failures} times in a row; holders wait without spare directories from now on");
+                } else {
+                    tracing::warn!(dir = %dir.display(), "preparing an idle holder failed ({e}); the next refill tries again");
+                }
                 Err(e)
             }
         }
@@ -401,6 +418,9 @@ impl HolderPool {
         }
     }
 }
+
+/// Failed preparations in a row after which idle holders stop using spare directories.
+const SPARE_FAILURE_LIMIT: u32 = 3;
 
 /// Specs up to this size are written to an idle holder from the runtime: its socket is empty,
 /// and the kernel takes this much in one write without blocking.
