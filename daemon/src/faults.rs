@@ -7,6 +7,8 @@
 //!   supervisor bug never leaves a process unsupervised (RELIABILITY F17);
 //! - `spawn_delay:<marker>`: `exec` pauses for [`SPAWN_DELAY`] between writing the `starting`
 //!   record and spawning, so a test can kill its client inside that window (RELIABILITY F3).
+//! - `launch_abort:<marker>`: `exec` gives the spec to the idle holder but not to its launcher,
+//!   and closes the launcher's socket, as a daemon that died between the two writes does.
 //!
 //! One item is not about commands: `spare_prepare_fails:<n>` makes the first `n` preparations of
 //! idle holders in spare directories fail, as a full disk or a holder killed in its prepare
@@ -56,6 +58,11 @@ pub fn spare_prepare_should_fail() -> bool {
         return false;
     };
     PREPARED.fetch_add(1, Ordering::Relaxed) < n
+}
+
+/// Whether `exec` must leave the launcher of `command` without its spec (`launch_abort`).
+pub fn launch_should_abort(command: &[u8]) -> bool {
+    injected("launch_abort", command)
 }
 
 /// Whether the actor of `command` must panic (only under fault injection).

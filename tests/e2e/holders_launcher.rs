@@ -369,3 +369,25 @@ async fn an_idle_holder_killed_leaves_no_launcher_behind_and_costs_no_exec() {
     })
     .await;
 }
+
+/// A daemon that dies between giving the spec to the holder and to its launcher (simulated: the
+/// launcher's socket is closed unwritten) leaves a process that never ran: it ends 127, and its
+/// stderr, kept by the holder for whoever reads it, says so.
+#[tokio::test]
+async fn a_launcher_left_without_its_spec_says_the_command_did_not_run() {
+    let d =
+        TestDaemon::start_with_env(&[("YIELDSHELL_TEST_FAULTS", "launch_abort:NEVER_RUNS")]).await;
+    let c = d.session();
+    d.idle_holders_ready().await;
+    let witness = d.state.join("ran");
+    let r = c
+        .exec(&format!("touch '{}' # NEVER_RUNS", witness.display()))
+        .await;
+    assert_eq!(r.status, pb::ExecStatus::Completed as i32, "{r:?}");
+    assert_eq!(r.process.expect("process").exit_code, Some(127));
+    let stderr = String::from_utf8(r.output.expect("output").stderr).expect("utf-8");
+    assert!(stderr.contains("it did not run"), "{stderr:?}");
+    assert!(!witness.exists(), "the command ran");
+    // Other commands run as ever.
+    exits_zero(&c, "true").await;
+}

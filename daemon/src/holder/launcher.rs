@@ -14,8 +14,8 @@
 //! The socket is close-on-exec: the daemon reads EOF once the shell runs, as `posix_spawn`'s
 //! caller learns it. A launcher that cannot run the command writes why into the socket instead
 //! and exits 127, and the `exec` fails to start, as it would have with a spawn; one whose spec
-//! never comes (the daemon let the idle holder go, or died) exits when the socket closes, and
-//! its holder reaps it.
+//! never comes (the daemon let the idle holder go, or died) exits 127 when the socket closes,
+//! saying on its stderr that the command did not run, and its holder reaps it.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -131,8 +131,18 @@ fn wait_and_run(stdio: [RawFd; 3], spec: RawFd, umask: libc::mode_t) -> ! {
         Ok(never) => match never {},
         Err(e) => e,
     };
-    // A closed socket is the daemon letting the holder go: nobody to tell then.
-    if why.kind() != io::ErrorKind::UnexpectedEof {
+    if why.kind() == io::ErrorKind::UnexpectedEof {
+        // A closed socket is the daemon letting the holder go, or dying after it gave the
+        // holder the spec but before it gave it here. Then the holder keeps this process's
+        // output and exit status for the next daemon: say, where the command's own errors would
+        // be, that it never ran. (Let go while idle, the holder reads nothing: no harm.)
+        let message =
+            b"yieldshell: the daemon stopped before this command could start; it did not run\n";
+        // SAFETY: writing a live buffer to this process's stderr.
+        unsafe {
+            libc::write(2, message.as_ptr().cast(), message.len());
+        }
+    } else {
         let message = why.to_string();
         // SAFETY: writing a live buffer into this process's end of the socket.
         unsafe {

@@ -489,10 +489,15 @@ pub async fn start(
         };
         let pipe = UnixStream::from(pipe);
         let inline = frame.len() <= INLINE_SPEC_BYTES;
+        let abort = crate::faults::launch_should_abort(&spec.command);
         let send = move |held: Held, mut pipe: UnixStream| {
-            let sent = (&held.sock)
-                .write_all(&frame)
-                .and_then(|()| pipe.write_all(&frame));
+            let sent = (&held.sock).write_all(&frame).and_then(|()| {
+                if abort {
+                    Ok(())
+                } else {
+                    pipe.write_all(&frame)
+                }
+            });
             (held, pipe, sent)
         };
         let (held, pipe, sent) = if inline {
@@ -504,6 +509,8 @@ pub async fn start(
                 .map_err(io::Error::other)?
         };
         let started = match sent {
+            // As if the daemon died here: the holder has the spec, the launcher sees EOF.
+            Ok(()) if abort => return Ok(held),
             Ok(()) => launched(pipe).await,
             Err(e) => Err(e),
         };
