@@ -7,7 +7,9 @@
 //! order, and the figure is the median of the per-round differences: whatever slows the machine
 //! during a round slows both samples of it. Throughput alternates short blocks the same way.
 //! Both daemons are driven by this build's client over the control plane (the protocol is
-//! versioned, so an older daemon answers the same calls); the MCP shim is left out.
+//! versioned, so an older daemon answers the same calls); the MCP shim is left out. `ps` over a
+//! hundred running processes is paired the same way, its calls paced so that each pays for its
+//! `/proc` checks.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -30,6 +32,9 @@ struct Counts {
     clients: usize,
     execs_per_client: usize,
     starts: usize,
+    /// Processes kept running while `ps` is timed, and rounds of it.
+    ps_running: usize,
+    ps_rounds: usize,
 }
 
 impl Counts {
@@ -41,6 +46,8 @@ impl Counts {
                 clients: 4,
                 execs_per_client: 10,
                 starts: 20,
+                ps_running: 20,
+                ps_rounds: 20,
             }
         } else {
             Counts {
@@ -49,6 +56,8 @@ impl Counts {
                 clients: 20,
                 execs_per_client: 25,
                 starts: 200,
+                ps_running: 100,
+                ps_rounds: 150,
             }
         }
     }
@@ -103,6 +112,44 @@ async fn start_rate(s: &Arc<Session>, n: usize) -> anyhow::Result<f64> {
         ids.push(r.process.map(|p| p.process_id).unwrap_or_default());
     }
     let rate = n as f64 / started.elapsed().as_secs_f64();
+    kill_all(s, ids).await?;
+    Ok(rate)
+}
+
+/// How far apart the timed `ps` calls are: more than the daemon reuses a check's answers (100 ms)
+/// and its pass over `/proc` (250 ms), so each call pays for the checks of every running process,
+/// as an agent's `ps` seconds apart does.
+const PS_PACE: Duration = Duration::from_millis(300);
+
+/// Starts `n` `sleep 600` in the background and returns their ids.
+async fn start_sleepers(s: &Session, n: usize) -> anyhow::Result<Vec<String>> {
+    let mut ids = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (_, r) = exec(s, "sleep 600", false, 0).await?;
+        ids.push(r.process.map(|p| p.process_id).unwrap_or_default());
+    }
+    Ok(ids)
+}
+
+/// One `ps` listing every running process (`scope: all`).
+async fn ps_all(s: &Session) -> anyhow::Result<Duration> {
+    let req = pb::ListRequest {
+        session_id: s.id().to_string(),
+        scope: pb::Scope::All as i32,
+        include_completed: false,
+        limit: 5000,
+    };
+    let started = Instant::now();
+    s.call(|mut c| {
+        let req = req.clone();
+        async move { c.list(req).await }
+    })
+    .await?;
+    Ok(started.elapsed())
+}
+
+/// Stops the processes `ids` of `s` at once (SIGKILL).
+async fn kill_all(s: &Session, ids: Vec<String>) -> anyhow::Result<()> {
     for id in ids {
         let stop = pb::StopRequest {
             session_id: s.id().to_string(),
@@ -116,7 +163,7 @@ async fn start_rate(s: &Arc<Session>, n: usize) -> anyhow::Result<f64> {
         })
         .await?;
     }
-    Ok(rate)
+    Ok(())
 }
 
 /// Runs the paired comparison against the build in `base_dir` and prints JSON.
@@ -187,6 +234,34 @@ pub async fn run(opts: &Opts, base_dir: &Path) -> anyhow::Result<()> {
         }
     }
 
+    eprintln!(
+        "ps over {} running processes, {} paired rounds {} ms apart…",
+        c.ps_running,
+        c.ps_rounds,
+        PS_PACE.as_millis()
+    );
+    let mut sleepers = Vec::new();
+    for s in &sides {
+        sleepers.push(start_sleepers(s, c.ps_running).await?);
+    }
+    let mut ps_samples = [Vec::new(), Vec::new()];
+    let mut ps_diffs = Vec::with_capacity(c.ps_rounds);
+    for round in 0..c.ps_rounds {
+        tokio::time::sleep(PS_PACE).await;
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        let mut took = [Duration::ZERO; 2];
+        for side in order {
+            took[side] = ps_all(&sides[side]).await?;
+        }
+        ps_diffs.push((took[1].as_secs_f64() - took[0].as_secs_f64()) * 1000.0);
+        for side in 0..2 {
+            ps_samples[side].push(took[side]);
+        }
+    }
+    for (s, ids) in sides.iter().zip(sleepers) {
+        kill_all(s, ids).await?;
+    }
+
     let median = |v: &[f64]| {
         let mut v = v.to_vec();
         v.sort_by(f64::total_cmp);
@@ -203,6 +278,12 @@ pub async fn run(opts: &Opts, base_dir: &Path) -> anyhow::Result<()> {
             "clients": c.clients,
             "base": throughput[0], "ours": throughput[1],
             "base_median": median(&throughput[0]), "ours_median": median(&throughput[1]),
+        },
+        "ps_all_running_ms": {
+            "running": c.ps_running,
+            "base": Summary::of(&ps_samples[0]),
+            "ours": Summary::of(&ps_samples[1]),
+            "ours_minus_base_paired": spread(ps_diffs),
         },
         "start_rate_per_s": {
             "starts": c.starts,
