@@ -38,6 +38,13 @@ async fn exec_takes_the_command_and_its_options_without_a_double_dash() {
     // One quoted word is still a whole shell command line.
     let out = run(d.yieldctl().args(["exec", "exit 4"]));
     assert_eq!(out.status.code(), Some(4), "{out:?}");
+    // After `--`, a word starting with `-` is the command (sh is told where its options end).
+    let out = run(d.yieldctl().args(["exec", "--", "-x"]));
+    assert_eq!(out.status.code(), Some(127), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("-x"),
+        "{out:?}"
+    );
     // A command starting with `-` needs the `--`; without it, a clear usage error.
     let out = run(d.yieldctl().args(["exec", "--no-such-flag"]));
     assert_eq!(out.status.code(), Some(2), "{out:?}");

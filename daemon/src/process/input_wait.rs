@@ -8,22 +8,30 @@
 //! when its `stat` state is `S` (interruptible sleep) and either
 //! 1. `/proc/<pid>/syscall` shows its main thread blocked in `read`, `readv`, `pread64`, `preadv`
 //!    or `preadv2` on an fd whose `/proc/<pid>/fd/<fd>` is the input endpoint (exact); or, when
-//!    `syscall` cannot be read (it needs ptrace-attach access: Yama, a non-dumpable process),
+//!    `syscall` cannot be read (it needs ptrace-attach access, which Yama's scope 1 gives only
+//!    to ancestors: a daemon that re-adopted the process after a restart),
 //! 2. `/proc/<pid>/wchan` names the pipe read wait (`pipe_read`, `anon_pipe_read`, `pipe_wait`)
 //!    and the only pipes or FIFOs it holds open for reading are the input endpoint (so the pipe it
 //!    sleeps on must be that one; a shell reading `$(…)` holds that other pipe and is not counted).
-//!
-//! 3. `/proc/<pid>/syscall` shows its main thread blocked in a readiness wait whose interest in
-//!    reading includes an fd that is the input endpoint: `select`/`pselect6` (the read set, read
-//!    from `/proc/<pid>/mem`), `poll`/`ppoll` (the `pollfd` array, likewise, with `POLLIN`,
-//!    `POLLRDNORM` or `POLLPRI` asked), or `epoll_wait`/`epoll_pwait`/`epoll_pwait2` (the epoll
-//!    fd's targets from `/proc/<pid>/fdinfo/<epfd>`, with `EPOLLIN`, `EPOLLRDNORM` or `EPOLLPRI`).
-//!    This is how line editors wait for a key: GNU readline (Python's REPL, bash, psql) in
-//!    `pselect6` on the terminal alone, Node's REPL in `epoll_pwait` with the terminal among its
-//!    event sources. Whatever the wait's timeout: a program that would also wake on a timer or
-//!    on another fd (`top`'s refresh, a socket next to stdin) still takes input now. An interest
-//!    list that cannot be read (memory gone between the two reads) leaves the member unknown; of
-//!    more than [`MAX_WATCHED`] fds only the first are looked at.
+//!    A non-dumpable process (setuid, file capabilities, `PR_SET_DUMPABLE` 0) hides `wchan` and
+//!    its fds too: it cannot be judged at all.
+//! 3. `/proc/<pid>/syscall` shows its main thread blocked in a readiness wait that watches the
+//!    input endpoint for reading and nothing else that could bring it work: `select`/`pselect6`
+//!    (the read set, read from `/proc/<pid>/mem`), `poll`/`ppoll` (the `pollfd` array, likewise,
+//!    with `POLLIN`, `POLLRDNORM` or `POLLPRI` asked), or `epoll_wait`/`epoll_pwait`/
+//!    `epoll_pwait2` (the epoll fd's targets from `/proc/<pid>/fdinfo/<epfd>`, with `EPOLLIN`,
+//!    `EPOLLRDNORM` or `EPOLLPRI`). Besides the input it may watch only its own wake-ups: an
+//!    eventfd, signalfd or timerfd, or a pipe it holds both ends of (a self-pipe). This is how
+//!    line editors wait for a key: GNU readline (Python's REPL, bash, psql) in `pselect6` on the
+//!    terminal alone, Node's REPL in `epoll_pwait` with the terminal beside libuv's eventfd and
+//!    signal pipe. A dev server that also reads keyboard shortcuts from its stdin (nodemon's
+//!    `rs`, vite's `h`) watches its sockets, its file watchers or its child's pipes too: it is
+//!    running, not waiting to be answered, and is not counted. Whatever the wait's timeout: a
+//!    program that would also wake on a timer (`top`'s refresh) still takes input now. Under a
+//!    terminal, only a member of the terminal's foreground process group counts (a background
+//!    job's read would stop it with SIGTTIN; its readiness wait does not). An interest list that
+//!    cannot be read (memory gone between the two reads) leaves the member unknown; of more than
+//!    [`MAX_WATCHED`] fds only the first are looked at.
 //!
 //! The process waits for input when some member does; it does not when every member could be
 //! judged and none does; otherwise it cannot be told ([`None`]: the field is absent, never a
@@ -32,8 +40,10 @@
 //! # What it cannot see
 //! A program that reads or waits on stdin in a thread other than its main thread, one that
 //! reads `/dev/tty` instead of stdin in pipe mode (`ssh`, `sudo` password prompts), a readiness
-//! wait judged without `syscall` (rule 2 knows only plain reads), and descendants that left the
-//! session (`setsid`) are not seen: they report `false`. A process reading a pipe it got some
+//! wait judged without `syscall` (rule 2 knows only plain reads), a program idle but for its
+//! input and a timer it set through the wait's timeout (a server that binds a second after it
+//! starts is taken for waiting until then), 32-bit programs (their syscall numbers are another
+//! table's) and descendants that left the session (`setsid`) are not seen as they are. A process reading a pipe it got some
 //! other way while also holding the input pipe, judged by rule 2, reports `None`.
 //!
 //! # Terminal mode
@@ -43,7 +53,8 @@
 //! `getpass`, `ssh` and `sudo` read there); without `syscall`, when its `wchan` is `n_tty_read`
 //! (a kernel that shows only `wait_woken` there leaves it unknown). Every member of the session
 //! is judged rather than only the foreground process group: a background member that reads
-//! the terminal is stopped by SIGTTIN (state `T`), so it never counts anyway. `echo_off` is the
+//! the terminal is stopped by SIGTTIN (state `T`), so it never counts anyway (rule 3, whose
+//! waits raise no SIGTTIN, checks the foreground group itself). `echo_off` is the
 //! terminal's termios read through the master (`ManagedProcess::info_of`): `ECHO` off while
 //! `ICANON` is on, as a password prompt sets it (raw mode, where a program draws its own echo,
 //! does not count). Rule 3 applies as in pipe mode: a REPL's prompt under a line editor waits in
@@ -362,6 +373,11 @@ pub trait ProcessView {
     /// The text of `/proc/<pid>/fdinfo/<fd>`, whole lines of at most [`FDINFO_MAX_BYTES`], and
     /// whether there was more; `None` when unreadable or closed.
     fn fdinfo(&self, fd: u64) -> Option<(String, bool)>;
+    /// Whether more than one of its fds links to `link` (both ends of a pipe); `None` when its
+    /// fds cannot be listed.
+    fn holds_more_than_once(&self, link: &str) -> Option<bool>;
+    /// Whether it is in its terminal's foreground process group; `None` when unknown.
+    fn in_foreground(&self) -> Option<bool>;
 }
 
 /// The fds a readiness wait watches for reading, at most [`MAX_WATCHED`], and whether it may
@@ -395,6 +411,76 @@ fn watched_for_reading(wait: ReadinessWait, view: &impl ProcessView) -> Option<(
     let more = beyond || fds.len() > MAX_WATCHED;
     fds.truncate(MAX_WATCHED);
     Some((fds, more))
+}
+
+/// What a watched fd is to a program that may be waiting for input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Watched {
+    /// The input endpoint.
+    Input,
+    /// One of the program's own wake-ups: an eventfd, signalfd or timerfd, or a pipe it holds
+    /// both ends of (a self-pipe: libuv's signal pipe, Python's wakeup fd). Nothing from outside
+    /// comes through these.
+    WakeUp,
+    /// Anything else (a socket, a listening socket, inotify, another process's pipe): work may
+    /// come from there, so the program is not merely waiting for input.
+    Work,
+    /// Closed since the wait began: not watched any more.
+    Gone,
+    /// Cannot be told.
+    Unknown,
+}
+
+/// Classifies watched fd `fd`.
+#[cfg(unix)]
+fn classify(fd: u64, view: &impl ProcessView, endpoint: &InputEndpoint) -> Watched {
+    let Some(link) = view.link(fd) else {
+        return Watched::Gone;
+    };
+    if endpoint.is_link(&link) {
+        return Watched::Input;
+    }
+    match link.as_str() {
+        "anon_inode:[eventfd]" | "anon_inode:[signalfd]" | "anon_inode:[timerfd]" => {
+            Watched::WakeUp
+        }
+        _ if parse_pipe_link(&link).is_some() => match view.holds_more_than_once(&link) {
+            Some(true) => Watched::WakeUp,
+            Some(false) => Watched::Work,
+            None => Watched::Unknown,
+        },
+        _ => Watched::Work,
+    }
+}
+
+/// Rule 3's verdict on a readiness wait watching `watched` for reading (and maybe `more`): the
+/// program waits for input when it watches the input and nothing else that could bring it work.
+/// A dev server that also reads keyboard shortcuts from its stdin (nodemon's `rs`, vite's `h`)
+/// watches its sockets or its child's pipes too: it is running, not waiting to be answered.
+#[cfg(unix)]
+fn idle_but_for_input(
+    watched: &[u64],
+    more: bool,
+    view: &impl ProcessView,
+    endpoint: &InputEndpoint,
+) -> Verdict {
+    let kinds: Vec<Watched> = watched
+        .iter()
+        .map(|fd| classify(*fd, view, endpoint))
+        .collect();
+    if kinds.contains(&Watched::Work) {
+        Verdict::NotWaiting
+    } else if !kinds.contains(&Watched::Input) {
+        if more {
+            Verdict::Unknown
+        } else {
+            Verdict::NotWaiting
+        }
+    } else if more || kinds.contains(&Watched::Unknown) {
+        Verdict::Unknown
+    } else {
+        Verdict::Waiting
+    }
 }
 
 /// The judgement on one process.
@@ -438,16 +524,13 @@ pub fn judge(
         let Some((watched, more)) = watched_for_reading(wait, fds) else {
             return Verdict::Unknown;
         };
-        // A watched fd closed since the wait began is simply not the input.
-        return if watched
-            .iter()
-            .any(|fd| fds.link(*fd).is_some_and(|l| endpoint.is_link(&l)))
-        {
-            Verdict::Waiting
-        } else if more {
-            Verdict::Unknown
-        } else {
-            Verdict::NotWaiting
+        let verdict = idle_but_for_input(&watched, more, fds, endpoint);
+        // A background job polling the terminal is not what a person would answer (a read
+        // there would have stopped it with SIGTTIN, so rules 1 and 2 never see one).
+        return match (verdict, endpoint, fds.in_foreground()) {
+            (Verdict::Waiting, InputEndpoint::Terminal { .. }, Some(false)) => Verdict::NotWaiting,
+            (Verdict::Waiting, InputEndpoint::Terminal { .. }, None) => Verdict::Unknown,
+            (v, _, _) => v,
         };
     }
     // `wchan` reads as "0" when the kernel will not say.
@@ -518,6 +601,36 @@ mod linux {
             let mut bytes = vec![0; len];
             mem.read_exact_at(&mut bytes, addr).ok()?;
             Some(bytes)
+        }
+
+        fn holds_more_than_once(&self, link: &str) -> Option<bool> {
+            let mut seen = 0;
+            for (n, entry) in std::fs::read_dir(format!("/proc/{}/fd", self.0))
+                .ok()?
+                .flatten()
+                .enumerate()
+            {
+                // A program with this many fds is no prompt; do not read them all.
+                if n >= super::MAX_WATCHED {
+                    return None;
+                }
+                if std::fs::read_link(entry.path()).is_ok_and(|l| l.as_os_str() == link) {
+                    seen += 1;
+                    if seen > 1 {
+                        return Some(true);
+                    }
+                }
+            }
+            Some(false)
+        }
+
+        fn in_foreground(&self) -> Option<bool> {
+            // `stat` after the command name: state ppid pgrp session tty_nr tpgid …
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0)).ok()?;
+            let mut fields = stat[stat.rfind(')')? + 1..].split_ascii_whitespace();
+            let pgrp: i32 = fields.nth(2)?.parse().ok()?;
+            let tpgid: i32 = fields.nth(2)?.parse().ok()?;
+            Some(pgrp == tpgid)
         }
 
         fn fdinfo(&self, fd: u64) -> Option<(String, bool)> {
@@ -678,15 +791,31 @@ pub const SUPPORTED: bool = cfg!(target_os = "linux");
 /// thread is the blocking pool's, never a caller's.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Runs a `/proc` check on the blocking pool for at most [`CHECK_TIMEOUT`]; `None` when it
-/// failed or took longer.
+/// How many `/proc` checks run at once. A check holds its permit until it is done, even after
+/// its caller gave up on it: a tree that makes checks slow (tens of thousands of descriptors)
+/// then delays other checks by at most one check, and never fills the blocking pool with a
+/// backlog of them.
+static CHECKS_AT_ONCE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+
+/// Runs a `/proc` check on the blocking pool, waiting for it (and for its turn) at most
+/// [`CHECK_TIMEOUT`]; `None` when it failed or took longer.
 pub async fn off_runtime<T: Send + 'static>(
     check: impl FnOnce() -> T + Send + 'static,
 ) -> Option<T> {
-    match tokio::time::timeout(CHECK_TIMEOUT, tokio::task::spawn_blocking(check)).await {
-        Ok(Ok(found)) => Some(found),
-        Ok(Err(_)) | Err(_) => None,
-    }
+    let run = async {
+        let permit = CHECKS_AT_ONCE.acquire().await.ok()?;
+        tokio::task::spawn_blocking(move || {
+            let found = check();
+            drop(permit);
+            found
+        })
+        .await
+        .ok()
+    };
+    tokio::time::timeout(CHECK_TIMEOUT, run)
+        .await
+        .ok()
+        .flatten()
 }
 
 /// [`check_many`] on the blocking pool.
@@ -743,6 +872,8 @@ mod tests {
         /// Memory by address (a read must fall inside one region).
         memory: HashMap<u64, Vec<u8>>,
         fdinfo: HashMap<u64, String>,
+        /// Not in its terminal's foreground group.
+        background: bool,
     }
 
     impl ProcessView for Fds {
@@ -762,6 +893,12 @@ mod tests {
         }
         fn fdinfo(&self, fd: u64) -> Option<(String, bool)> {
             self.fdinfo.get(&fd).map(|t| (t.clone(), false))
+        }
+        fn holds_more_than_once(&self, link: &str) -> Option<bool> {
+            Some(self.links.values().filter(|l| *l == link).count() > 1)
+        }
+        fn in_foreground(&self) -> Option<bool> {
+            Some(!self.background)
         }
     }
 
@@ -950,9 +1087,17 @@ mod tests {
     }
 
     #[test]
-    fn a_select_or_poll_whose_read_interest_includes_the_input_is_waiting() {
+    fn a_select_or_poll_watching_the_input_and_nothing_else_that_brings_work_is_waiting() {
         const SET: u64 = 0x7ffc_6e5e_8830;
-        let mut f = fds(&[(0, TTY), (3, "pipe:[42]"), (4, "socket:[9]")]);
+        let mut f = fds(&[
+            (0, TTY),
+            (3, "pipe:[42]"),
+            (4, "socket:[9]"),
+            (5, "anon_inode:[eventfd]"),
+            (6, "pipe:[99]"),
+            (7, "pipe:[99]"),
+            (8, "/dev/tty"),
+        ]);
         let pselect = |nfds: u64| blocked_in(libc::SYS_pselect6, &[nfds, SET, 0, 0, 0, 0x7ffc]);
         // GNU readline at a prompt: pselect6(1, {0}, NULL, NULL, NULL, mask).
         f.memory.insert(SET, select_set(&[0], 1));
@@ -960,6 +1105,22 @@ mod tests {
             judge(b'S', Some(&pselect(1)), None, &f, &terminal()),
             Verdict::Waiting
         );
+        // With its own wake-ups beside the input (an eventfd, both ends of a self-pipe): still.
+        f.memory.insert(SET, select_set(&[0, 5, 6], 1));
+        assert_eq!(
+            judge(b'S', Some(&pselect(7)), None, &f, &terminal()),
+            Verdict::Waiting
+        );
+        // A socket or another process's pipe beside the input: work may come from there (a dev
+        // server reading shortcuts from its stdin), so it is not waiting to be answered.
+        for other in [3, 4] {
+            f.memory.insert(SET, select_set(&[0, other], 1));
+            assert_eq!(
+                judge(b'S', Some(&pselect(5)), None, &f, &terminal()),
+                Verdict::NotWaiting,
+                "fd {other}"
+            );
+        }
         // Waiting on a pipe and a socket, not on the input.
         f.memory.insert(SET, select_set(&[3, 4], 1));
         assert_eq!(
@@ -978,6 +1139,25 @@ mod tests {
             judge(b'S', Some(&sleep), None, &f, &terminal()),
             Verdict::NotWaiting
         );
+        // A background job polling the terminal is not the prompt a person answers.
+        f.memory.insert(SET, select_set(&[0], 1));
+        f.background = true;
+        assert_eq!(
+            judge(b'S', Some(&pselect(1)), None, &f, &terminal()),
+            Verdict::NotWaiting
+        );
+        // …while on pipes there is no foreground to be in.
+        let stdin_pipe = fds(&[(0, "pipe:[1738101]")]);
+        let mut piped = Fds {
+            background: true,
+            ..stdin_pipe
+        };
+        piped.memory.insert(SET, select_set(&[0], 1));
+        assert_eq!(
+            judge(b'S', Some(&pselect(1)), None, &piped, &STDIN),
+            Verdict::Waiting
+        );
+        f.background = false;
         // The interest list cannot be read: unknown, not a guess.
         f.memory.clear();
         assert_eq!(
@@ -986,18 +1166,18 @@ mod tests {
         );
         // A set wider than is looked at, without the input in its first part: unknown.
         let wide = MAX_WATCHED as u64 * 2;
-        f.memory.insert(SET, select_set(&[3], MAX_WATCHED / 8));
+        f.memory.insert(SET, select_set(&[5], MAX_WATCHED / 8));
         assert_eq!(
             judge(b'S', Some(&pselect(wide)), None, &f, &terminal()),
             Verdict::Unknown
         );
 
-        // poll: the input asked for reading among other fds; asked only for writing.
+        // poll: the input asked for reading beside an eventfd; the input asked only for writing.
         const ARRAY: u64 = 0x5556_c3f1_ad30;
         let ppoll = |n: u64| blocked_in(libc::SYS_ppoll, &[ARRAY, n, 0, 0]);
         f.memory.insert(
             ARRAY,
-            poll_array(&[(4, libc::POLLIN), (-1, libc::POLLIN), (0, libc::POLLIN)]),
+            poll_array(&[(5, libc::POLLIN), (-1, libc::POLLIN), (0, libc::POLLIN)]),
         );
         assert_eq!(
             judge(b'S', Some(&ppoll(3)), None, &f, &terminal()),
@@ -1009,14 +1189,13 @@ mod tests {
             "the input is the third entry"
         );
         f.memory
-            .insert(ARRAY, poll_array(&[(0, libc::POLLOUT), (3, libc::POLLIN)]));
+            .insert(ARRAY, poll_array(&[(0, libc::POLLOUT), (5, libc::POLLIN)]));
         assert_eq!(
             judge(b'S', Some(&ppoll(2)), None, &f, &terminal()),
             Verdict::NotWaiting
         );
         // A read of the input through /dev/tty counts as the terminal's.
-        f.links.insert(5, "/dev/tty".into());
-        f.memory.insert(ARRAY, poll_array(&[(5, libc::POLLRDNORM)]));
+        f.memory.insert(ARRAY, poll_array(&[(8, libc::POLLRDNORM)]));
         assert_eq!(
             judge(b'S', Some(&ppoll(1)), None, &f, &terminal()),
             Verdict::Waiting
@@ -1029,33 +1208,46 @@ mod tests {
     }
 
     #[test]
-    fn an_epoll_wait_with_the_input_among_its_targets_is_waiting() {
+    fn an_epoll_wait_on_the_input_and_its_own_wake_ups_is_waiting() {
         // Node's REPL: epoll_pwait(13, …, 1024, 8095) with the terminal, reopened as fd 20,
-        // among eventfds and pipes.
-        let info = |events: &str| {
+        // beside libuv's eventfd (16) and signal pipe (14, whose write end is 15).
+        let info = |tty_events: &str| {
             format!(
                 "pos:\t0\nflags:\t02000002\nmnt_id:\t17\nino:\t1038\n\
                  tfd:       16 events:       19 data:               10  pos:0 ino:40e sdev:10\n\
-                 tfd:       20 events: {events:>8} data:               14  pos:0 ino:4 sdev:1a\n"
+                 tfd:       14 events:       19 data:                e  pos:0 ino:b4bc46 sdev:f\n\
+                 tfd:       20 events: {tty_events:>8} data:               14  pos:0 ino:4 sdev:1a\n"
             )
         };
-        let mut f = fds(&[(13, "anon_inode:[eventpoll]"), (16, "anon_inode:[eventfd]")]);
-        f.links.insert(20, TTY.into());
+        let mut f = fds(&[
+            (13, "anon_inode:[eventpoll]"),
+            (14, "pipe:[11844678]"),
+            (15, "pipe:[11844678]"),
+            (16, "anon_inode:[eventfd]"),
+            (20, TTY),
+        ]);
         let wait = blocked_in(libc::SYS_epoll_pwait, &[13, 0x7ffe, 0x400, 0x1f9f, 0, 8]);
         f.fdinfo.insert(13, info("19"));
         assert_eq!(
             judge(b'S', Some(&wait), None, &f, &terminal()),
             Verdict::Waiting
         );
-        // Registered for writing only.
+        // The terminal registered for writing only.
         f.fdinfo.insert(13, info("4"));
         assert_eq!(
             judge(b'S', Some(&wait), None, &f, &terminal()),
             Verdict::NotWaiting
         );
-        // A dev server's event loop: its sockets, not the input.
-        f.links.insert(20, "socket:[77]".into());
+        // nodemon: its child's output pipe (only the read end here) beside the input.
         f.fdinfo.insert(13, info("19"));
+        f.links.remove(&15);
+        assert_eq!(
+            judge(b'S', Some(&wait), None, &f, &terminal()),
+            Verdict::NotWaiting
+        );
+        f.links.insert(15, "pipe:[11844678]".into());
+        // A dev server's event loop: its socket where the terminal was.
+        f.links.insert(20, "socket:[77]".into());
         assert_eq!(
             judge(b'S', Some(&wait), None, &f, &terminal()),
             Verdict::NotWaiting
@@ -1159,42 +1351,48 @@ mod tests {
     }
 
     /// And a readiness wait on something else is not a wait for input: Python sleeping in
-    /// `select` on a pipe of its own, its stdin untouched.
+    /// `select` on a pipe of its own, its stdin untouched; or a server watching its listening
+    /// socket beside its stdin (as dev servers reading keyboard shortcuts do).
     #[cfg(target_os = "linux")]
     #[test]
-    fn a_real_readiness_wait_on_another_pipe_is_not_waiting() {
+    fn real_readiness_waits_on_other_work_are_not_waiting() {
         use std::os::unix::process::CommandExt;
-        let mut child = std::process::Command::new("python3")
-            .args([
-                "-c",
-                "import os, select\nr, w = os.pipe()\nprint('in', flush=True)\nselect.select([r], [], [])",
-            ])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .expect("python3 (a CI prerequisite)");
-        let shell = super::super::tree::identify(child.id() as i32).expect("identity");
-        let mut line = [0u8; 3];
-        std::io::Read::read_exact(child.stdout.as_mut().expect("stdout"), &mut line).expect("in");
-        // Now it is in (or about to enter) the select: seen as a wait that is not for input,
-        // never as waiting. Until its syscall shows the select, it reads as running or as
-        // another syscall: also "not waiting".
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let syscall =
-                std::fs::read_to_string(format!("/proc/{}/syscall", shell.pid)).unwrap_or_default();
-            let in_wait = parse_syscall(&syscall).is_some_and(|s| {
-                matches!(s, SyscallState::Blocked { nr, args } if readiness_wait(nr, &args).is_some())
-            });
-            assert_eq!(check_many(&[shell]), vec![Some(false)]);
-            if in_wait {
-                break;
+        let programs = [
+            "r, w = os.pipe()\nprint('in', flush=True)\nselect.select([r], [], [])",
+            "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n\
+             print('in', flush=True)\nselect.select([s, sys.stdin], [], [])",
+        ];
+        for program in programs {
+            let mut child = std::process::Command::new("python3")
+                .args(["-c", &format!("import os, select, socket, sys\n{program}")])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .process_group(0)
+                .spawn()
+                .expect("python3 (a CI prerequisite)");
+            let shell = super::super::tree::identify(child.id() as i32).expect("identity");
+            let mut line = [0u8; 3];
+            std::io::Read::read_exact(child.stdout.as_mut().expect("stdout"), &mut line)
+                .expect("in");
+            // Now it is in (or about to enter) the select: seen as a wait that is not for
+            // input, never as waiting. Until its syscall shows the select, it reads as running
+            // or as another syscall: also "not waiting".
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                let syscall = std::fs::read_to_string(format!("/proc/{}/syscall", shell.pid))
+                    .unwrap_or_default();
+                let in_wait = parse_syscall(&syscall).is_some_and(|s| {
+                    matches!(s, SyscallState::Blocked { nr, args } if readiness_wait(nr, &args).is_some())
+                });
+                assert_eq!(check_many(&[shell]), vec![Some(false)], "{program}");
+                if in_wait {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "never in select");
+                std::thread::yield_now();
             }
-            assert!(std::time::Instant::now() < deadline, "never in select");
-            std::thread::yield_now();
+            child.kill().expect("kill");
+            child.wait().expect("reap");
         }
-        child.kill().expect("kill");
-        child.wait().expect("reap");
     }
 }

@@ -29,6 +29,15 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use super::tree::Identity;
 
+/// The most descriptors of one tree whose links are read: a server has a few hundred; a tree
+/// with far more (a process holding tens of thousands of files) would make every check slow.
+/// Sockets past it are not seen.
+pub const MAX_LINKS_PER_TREE: usize = 16 * 1024;
+
+/// The most addresses one answer lists (by port, the lowest): a process listening on hundreds of
+/// ports is one an agent knows about already.
+pub const MAX_LISTED: usize = 32;
+
 /// The TCP state LISTEN, as the tables write it (`st` column, hex).
 const TCP_LISTEN: &str = "0A";
 
@@ -87,6 +96,7 @@ pub fn addresses_of(inodes: &HashSet<u64>, listening: &[(u64, SocketAddr)]) -> V
         .collect();
     found.sort_unstable_by_key(|a| (a.port(), a.ip()));
     found.dedup();
+    found.truncate(MAX_LISTED);
     found.iter().map(SocketAddr::to_string).collect()
 }
 
@@ -95,13 +105,15 @@ pub fn addresses_of(inodes: &HashSet<u64>, listening: &[(u64, SocketAddr)]) -> V
 #[cfg(target_os = "linux")]
 pub fn check_many(shells: &[Identity]) -> Vec<Vec<String>> {
     use super::tree::{self, ProcStat};
-    // Each live shell's socket inodes, its own first.
-    let mut sockets: HashMap<i32, HashSet<u64>> = HashMap::new();
+    // Each live shell's socket inodes, its own first, and the links it may still read.
+    let mut sockets: HashMap<i32, (HashSet<u64>, usize)> = HashMap::new();
     for shell in shells {
         if tree::read_stat(shell.pid)
             .is_some_and(|s| s.is_alive() && s.start_time == shell.start_time)
         {
-            sockets.insert(shell.pid, sockets_of(shell.pid));
+            let mut found = (HashSet::new(), MAX_LINKS_PER_TREE);
+            sockets_of(shell.pid, &mut found.0, &mut found.1);
+            sockets.insert(shell.pid, found);
         }
     }
     if !sockets.is_empty()
@@ -109,14 +121,15 @@ pub fn check_many(shells: &[Identity]) -> Vec<Vec<String>> {
     {
         let leaders: HashSet<i32> = sockets.keys().copied().collect();
         for (pid, leader) in snap.members(|p| leaders.contains(&p)) {
-            if tree::read_stat(pid).is_some_and(|s: ProcStat| s.is_alive())
-                && let Some(found) = sockets.get_mut(&leader)
+            if let Some((found, budget)) = sockets.get_mut(&leader)
+                && *budget > 0
+                && tree::read_stat(pid).is_some_and(|s: ProcStat| s.is_alive())
             {
-                found.extend(sockets_of(pid));
+                sockets_of(pid, found, budget);
             }
         }
     }
-    let listening = if sockets.values().any(|s| !s.is_empty()) {
+    let listening = if sockets.values().any(|(s, _)| !s.is_empty()) {
         listening_sockets()
     } else {
         Vec::new()
@@ -126,7 +139,7 @@ pub fn check_many(shells: &[Identity]) -> Vec<Vec<String>> {
         .map(|shell| {
             sockets
                 .get(&shell.pid)
-                .map(|inodes| addresses_of(inodes, &listening))
+                .map(|(inodes, _)| addresses_of(inodes, &listening))
                 .unwrap_or_default()
         })
         .collect()
@@ -138,16 +151,26 @@ pub fn check_many(shells: &[Identity]) -> Vec<Vec<String>> {
     vec![Vec::new(); shells.len()]
 }
 
-/// The socket inodes a process holds (none when its fds cannot be read).
+/// Adds the socket inodes a process holds to `found`, reading at most `budget` fd links (and
+/// taking them off it). Nothing when its fds cannot be read (another user's, or not dumpable:
+/// `/proc/<pid>/fd` needs ptrace read access).
 #[cfg(target_os = "linux")]
-fn sockets_of(pid: i32) -> HashSet<u64> {
+fn sockets_of(pid: i32, found: &mut HashSet<u64>, budget: &mut usize) {
     let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return HashSet::new();
+        return;
     };
-    fds.flatten()
-        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
-        .filter_map(|link| parse_socket_link(link.to_str()?))
-        .collect()
+    for fd in fds.flatten() {
+        if *budget == 0 {
+            return;
+        }
+        *budget -= 1;
+        if let Some(inode) = std::fs::read_link(fd.path())
+            .ok()
+            .and_then(|link| parse_socket_link(link.to_str()?))
+        {
+            found.insert(inode);
+        }
+    }
 }
 
 /// Every TCP socket in state LISTEN in the daemon's network namespace: (inode, local address).

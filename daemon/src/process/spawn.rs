@@ -119,12 +119,14 @@ fn cstring(b: Vec<u8>, what: &str) -> io::Result<CString> {
 
 /// `sh -c COMMAND`'s argv, envp (with the process marker) and working directory.
 #[cfg(target_os = "linux")]
-pub(crate) fn shell_strings(spec: &SpawnSpec) -> io::Result<([CString; 3], Vec<CString>, CString)> {
+pub(crate) fn shell_strings(spec: &SpawnSpec) -> io::Result<([CString; 4], Vec<CString>, CString)> {
     use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
     let argv = [
         cstring(b"/bin/sh".to_vec(), "program")?,
         cstring(b"-c".to_vec(), "argument")?,
+        // The end of sh's options: a command that starts with `-` is a command, not an option.
+        cstring(b"--".to_vec(), "argument")?,
         cstring(spec.command.clone(), "command")?,
     ];
     let mut envp = Vec::with_capacity(spec.env.len() + 1);
@@ -502,6 +504,7 @@ pub fn spawn_shell(spec: &SpawnSpec) -> io::Result<Shell> {
     use std::process::{Command, Stdio};
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
+        .arg("--")
         .arg(std::ffi::OsStr::from_bytes(&spec.command))
         .current_dir(&spec.cwd)
         .env_clear()

@@ -344,12 +344,12 @@ pub(super) async fn exec(
             // A shorter yield (a start in the background) leaves the command no time to reach a
             // prompt or bind a port: it is not checked, so starting many costs no `/proc` reads.
             // A command that printed its `until` line is checked however young.
-            let min_age = if resp.matched_seq.is_some() {
-                Duration::ZERO
+            let freshness = if resp.matched_seq.is_some() {
+                live_facts::Freshness::Now
             } else {
-                live_facts::MIN_AGE
+                live_facts::Freshness::Reused
             };
-            live_facts::annotate(min_age, [(&*proc, &mut *info)]).await;
+            live_facts::annotate(freshness, [(&*proc, &mut *info)]).await;
         }
         if yielded_for_input && info.status == pb::ProcessStatus::Running as i32 {
             info.waiting_for_input = Some(true);

@@ -65,7 +65,7 @@ pub(super) async fn read(
         return Err(ErrorKind::InvalidArgument.status(format!("{} {why}", proc.facts.id)));
     }
     let mut process = proc.info();
-    live_facts::annotate(live_facts::MIN_AGE, [(&*proc, &mut process)]).await;
+    live_facts::annotate(live_facts::Freshness::Reused, [(&*proc, &mut process)]).await;
     let out = read_output(&proc, q).await?;
     let screen = match proc.terminal.as_ref().filter(|_| req.screen) {
         // Catching up may read the spool (a flood that outran the ring).
@@ -531,7 +531,7 @@ pub(super) async fn wait(
         )));
     }
     let mut process = proc.info();
-    live_facts::annotate(live_facts::MIN_AGE, [(&*proc, &mut process)]).await;
+    live_facts::annotate(live_facts::Freshness::Reused, [(&*proc, &mut process)]).await;
     if matches!(outcome, WaitOutcome::InputWanted)
         && process.status == pb::ProcessStatus::Running as i32
     {

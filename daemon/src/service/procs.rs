@@ -203,7 +203,7 @@ pub(super) async fn list(
     }
     let mut processes: Vec<_> = procs.iter().map(|p| p.info()).collect();
     live_facts::annotate(
-        live_facts::MIN_AGE,
+        live_facts::Freshness::Reused,
         procs.iter().map(|p| &**p).zip(processes.iter_mut()),
     )
     .await;
