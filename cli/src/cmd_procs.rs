@@ -112,10 +112,12 @@ fn ports(listening: &[String]) -> String {
         .filter_map(|a| a.rsplit_once(':').map(|(_, port)| port))
         .collect();
     ports.dedup();
-    if ports.is_empty() {
-        "-".into()
-    } else {
-        ports.join(",")
+    // A few keep the table readable; `--json ps` has them all.
+    const SHOWN: usize = 3;
+    match ports.len() {
+        0 => "-".into(),
+        n if n > SHOWN => format!("{}+{}", ports[..SHOWN].join(","), n - SHOWN),
+        _ => ports.join(","),
     }
 }
 

@@ -325,3 +325,34 @@ async fn interact_ends_its_window_when_the_job_waits_for_input_again() {
     mcp.call("kill", json!({"job_id": id})).await;
     mcp.close().await;
 }
+
+/// A dev server that reads keyboard shortcuts from its stdin (nodemon's `rs`) while it starts
+/// its child is running, not waiting for input: `exec(until)` returns at its line, not early.
+#[tokio::test]
+async fn a_dev_server_reading_shortcuts_from_stdin_is_not_waiting_for_input() {
+    let d = TestDaemon::start().await;
+    let c = d.session();
+    let script = "const cp = require('child_process');\
+        cp.spawn('sleep', ['600'], {stdio: ['ignore', 'pipe', 'pipe']});\
+        process.stdin.on('data', () => {});\
+        setTimeout(() => require('net').createServer().listen(0, '127.0.0.1', function () {\
+          console.log('ready ' + this.address().port); }), 1000);";
+    let r = c
+        .exec_with(pb::ExecRequest {
+            until: Some("^ready ".into()),
+            yield_ms: Some(30_000),
+            ..exec_req(&format!("exec node -e \"{script}\""))
+        })
+        .await;
+    assert_eq!(r.status, pb::ExecStatus::Backgrounded as i32, "{r:?}");
+    let line = String::from_utf8_lossy(&r.matched_line).into_owned();
+    assert!(
+        line.starts_with("ready "),
+        "returned before its line: {r:?}"
+    );
+    let p = r.process.expect("process");
+    assert_ne!(p.waiting_for_input, Some(true), "{p:?}");
+    let port = line.trim().trim_start_matches("ready ");
+    assert_eq!(p.listening, [format!("127.0.0.1:{port}")], "{p:?}");
+    c.stop(&p.process_id, "SIGTERM", 2_000).await.expect("stop");
+}

@@ -414,6 +414,7 @@ fn watched_for_reading(wait: ReadinessWait, view: &impl ProcessView) -> Option<(
 }
 
 /// What a watched fd is to a program that may be waiting for input.
+#[cfg(unix)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Watched {
     /// The input endpoint.
