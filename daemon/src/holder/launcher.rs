@@ -77,7 +77,7 @@ impl Launcher {
             ),
             pid => {
                 drop((stdin_r, stdout_w, stderr_w, spec_r));
-                let identity = tree::identify(pid).unwrap_or(Identity { pid, start_time: 0 });
+                let identity = tree::identify_child(pid);
                 Ok((
                     Launcher {
                         identity,

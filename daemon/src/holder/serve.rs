@@ -133,10 +133,9 @@ fn run() -> io::Result<()> {
                     return Err(e);
                 }
             };
-            let identity = tree::identify(shell.pid).unwrap_or(Identity {
-                pid: shell.pid,
-                start_time: 0,
-            });
+            // A quick command may have exited already: still a zombie, unreaped, with its start
+            // time.
+            let identity = tree::identify_child(shell.pid);
             (shell, identity)
         }
     };

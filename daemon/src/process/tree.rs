@@ -104,6 +104,19 @@ pub fn identify(pid: i32) -> Option<Identity> {
     }
 }
 
+/// The identity of our own child `pid`, which may have exited already (a zombie until we reap
+/// it): its start time is still there to read. [`identify`] would give nothing for a zombie,
+/// and an identity without a start time matches whatever process takes the pid next — a `stop`
+/// would then signal a stranger's group.
+pub fn identify_child(pid: i32) -> Identity {
+    let start_time = if cfg!(any(target_os = "linux", target_os = "macos")) {
+        read_stat(pid).map_or(0, |s| s.start_time)
+    } else {
+        0
+    };
+    Identity { pid, start_time }
+}
+
 /// Whether this exact process (same pid *and* start time) is still alive.
 pub fn is_alive(id: Identity) -> bool {
     identify(id.pid).is_some_and(|now| id.start_time == 0 || now.start_time == id.start_time)
@@ -592,6 +605,25 @@ impl ProcessTree for SystemTree {
 
 #[cfg(test)]
 mod tests {
+    /// A child that exited but is not reaped yet keeps its identity: its start time, which a
+    /// process taking the pid later will not have.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_unreaped_child_is_identified_with_its_start_time() {
+        let mut child = std::process::Command::new("true").spawn().expect("true");
+        let pid = child.id() as i32;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while super::read_stat(pid).is_some_and(|s| s.state != b'Z') {
+            assert!(std::time::Instant::now() < deadline, "never exited");
+            std::thread::yield_now();
+        }
+        assert_eq!(super::identify(pid), None, "a zombie is not alive");
+        let id = super::identify_child(pid);
+        assert_eq!(id.pid, pid);
+        assert_ne!(id.start_time, 0, "the start time is still there");
+        child.wait().expect("reap");
+    }
+
     use super::*;
 
     #[test]
