@@ -130,18 +130,6 @@ async fn a_chosen_id_whose_directory_exists_is_refused_and_the_directory_left_al
     assert_eq!(r.process.expect("process").exit_code, Some(0));
 }
 
-/// The daemon's log, all files joined.
-fn daemon_log(d: &TestDaemon) -> String {
-    std::fs::read_dir(d.state.join("logs"))
-        .map(|r| {
-            r.flatten()
-                .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-                .collect::<Vec<_>>()
-                .join("")
-        })
-        .unwrap_or_default()
-}
-
 /// One failed preparation (a holder killed in its prepare window, a moment of a full disk) costs
 /// one idle holder, not spare directories for the daemon's life: the next refill uses them again.
 #[tokio::test]
@@ -153,7 +141,7 @@ async fn a_failed_preparation_is_retried_by_the_next_refill() {
     let r = c.exec("echo one").await;
     assert_eq!(r.status, pb::ExecStatus::Completed as i32, "{}", r.error);
     d.idle_holders_ready().await;
-    let log = daemon_log(&d);
+    let log = d.log();
     assert!(log.contains("the next refill tries again"), "{log}");
     // And an exec takes one of them.
     let r = c.exec("echo two").await;
@@ -177,7 +165,7 @@ async fn failures_in_a_row_turn_spares_off_and_execs_still_run() {
         async move {
             let r = c.exec(&command).await;
             assert_eq!(r.status, pb::ExecStatus::Completed as i32, "{}", r.error);
-            daemon_log(d).contains("from now on").then_some(())
+            d.log().contains("from now on").then_some(())
         }
     })
     .await;

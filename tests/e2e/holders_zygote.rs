@@ -68,18 +68,6 @@ fn fd_targets(pid: i32) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The daemon's log (its warnings say why a zygote was replaced), for a failure message.
-fn daemon_log(d: &TestDaemon) -> String {
-    std::fs::read_dir(d.state.join("logs"))
-        .map(|r| {
-            r.flatten()
-                .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-                .collect::<Vec<_>>()
-                .join("")
-        })
-        .unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_zygote_stays_bounded_and_its_holders_owe_it_nothing() {
     let d = TestDaemon::start().await;
@@ -94,7 +82,7 @@ async fn the_zygote_stays_bounded_and_its_holders_owe_it_nothing() {
     assert!(
         zygote.alive(),
         "one zygote serves them all; the daemon's log says:\n{}",
-        daemon_log(&d)
+        d.log()
     );
     // A refill may be forking the next idle holder right now (the zygote then holds that
     // holder's socket for an instant, and its short-lived middle child may not be reaped yet):

@@ -1312,13 +1312,28 @@ mod tests {
         assert_eq!(out.stdout, b"got yes\n");
     }
 
+    /// `python3 -c "import os, select, socket, sys; PROGRAM"` with its stdin and stdout on
+    /// pipes, leading a process group of its own as a managed shell does, and its identity.
+    #[cfg(target_os = "linux")]
+    fn python(program: &str) -> (std::process::Child, Identity) {
+        use std::os::unix::process::CommandExt;
+        let child = std::process::Command::new("python3")
+            .args(["-c", &format!("import os, select, socket, sys\n{program}")])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("python3 (a CI prerequisite)");
+        let shell = super::super::tree::identify(child.id() as i32).expect("identity");
+        (child, shell)
+    }
+
     /// Rule 3 on real processes: Python waiting for its stdin pipe in `select`, `poll` and
     /// `epoll` (the interest lists read from its memory and its epoll fd's fdinfo).
     #[cfg(target_os = "linux")]
     #[test]
     fn real_readiness_waits_on_the_stdin_pipe_are_found_waiting() {
         use std::io::Write;
-        use std::os::unix::process::CommandExt;
         let waits = [
             "select.select([sys.stdin], [], [])",
             "p = select.poll(); p.register(0, select.POLLIN); p.poll()",
@@ -1327,17 +1342,7 @@ mod tests {
             "r, w = os.pipe(); select.select([r, sys.stdin], [], [])",
         ];
         for wait in waits {
-            let mut child = std::process::Command::new("python3")
-                .args([
-                    "-c",
-                    &format!("import os, select, sys\n{wait}\nprint(sys.stdin.readline())"),
-                ])
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .process_group(0)
-                .spawn()
-                .expect("python3 (a CI prerequisite)");
-            let shell = super::super::tree::identify(child.id() as i32).expect("identity");
+            let (mut child, shell) = python(&format!("{wait}\nprint(sys.stdin.readline())"));
             let deadline = std::time::Instant::now() + Duration::from_secs(20);
             while check_many(&[shell]) != vec![Some(true)] {
                 assert!(std::time::Instant::now() < deadline, "{wait}: never seen");
@@ -1357,21 +1362,13 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn real_readiness_waits_on_other_work_are_not_waiting() {
-        use std::os::unix::process::CommandExt;
         let programs = [
             "r, w = os.pipe()\nprint('in', flush=True)\nselect.select([r], [], [])",
             "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n\
              print('in', flush=True)\nselect.select([s, sys.stdin], [], [])",
         ];
         for program in programs {
-            let mut child = std::process::Command::new("python3")
-                .args(["-c", &format!("import os, select, socket, sys\n{program}")])
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .process_group(0)
-                .spawn()
-                .expect("python3 (a CI prerequisite)");
-            let shell = super::super::tree::identify(child.id() as i32).expect("identity");
+            let (mut child, shell) = python(program);
             let mut line = [0u8; 3];
             std::io::Read::read_exact(child.stdout.as_mut().expect("stdout"), &mut line)
                 .expect("in");

@@ -201,6 +201,19 @@ impl TestDaemon {
         .await;
     }
 
+    /// The daemon's log, every file of `<state>/logs` joined (for failure messages, and for
+    /// what it warned about).
+    pub fn log(&self) -> String {
+        std::fs::read_dir(self.state.join("logs"))
+            .map(|r| {
+                r.flatten()
+                    .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                    .collect::<Vec<_>>()
+                    .join("")
+            })
+            .unwrap_or_default()
+    }
+
     /// Pid of the daemon we started.
     pub fn pid(&self) -> i32 {
         self.child.as_ref().expect("daemon running").id() as i32
