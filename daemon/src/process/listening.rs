@@ -14,13 +14,16 @@
 //! UDP (it has no listening state), Unix sockets, sockets in another network namespace than the
 //! daemon's (a member that ran `unshare -n` or a container's own network), sockets held by a
 //! process outside the tree (`docker run -p` binds in `docker-proxy`; a socket-activated service
-//! in systemd), members that left the session (`setsid`). Elsewhere than Linux: nothing (the field
-//! is absent).
+//! in systemd), members that left the session (`setsid`), a member whose fds the daemon may not
+//! read (not dumpable: setuid, file capabilities such as `cap_net_bind_service`), sockets past
+//! the first [`MAX_LINKS_PER_TREE`] fds of a tree, addresses past the first [`MAX_LISTED`].
+//! Elsewhere than Linux: nothing (the field is absent).
 //!
 //! # Cost
 //! One check reads each member's fd links and, when some member holds a socket, the two TCP
 //! tables once for all the processes checked together (`ps`). It runs off the runtime, with the
-//! input-wait check, in [`super::live_facts`].
+//! input-wait check, in [`super::live_facts`] (at most two checks at once, an answer waiting
+//! for one at most 2 s).
 
 #[cfg(target_os = "linux")]
 use std::collections::HashMap;
