@@ -166,6 +166,39 @@ async fn kill_all(s: &Session, ids: Vec<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `rounds` paired samples of `call` on `[base, ours]`, each round `pace` after the last, one call
+/// to each side back to back: the samples of each side and the per-round differences (ours −
+/// base, in ms). Which side goes first alternates, so neither always runs on the other's warm
+/// caches.
+async fn paired<F, Fut>(
+    sides: &[Arc<Session>; 2],
+    rounds: usize,
+    pace: Duration,
+    call: F,
+) -> anyhow::Result<([Vec<Duration>; 2], Vec<f64>)>
+where
+    F: Fn(Arc<Session>) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Duration>>,
+{
+    let mut samples = [Vec::with_capacity(rounds), Vec::with_capacity(rounds)];
+    let mut diffs = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        if !pace.is_zero() {
+            tokio::time::sleep(pace).await;
+        }
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        let mut took = [Duration::ZERO; 2];
+        for side in order {
+            took[side] = call(sides[side].clone()).await?;
+        }
+        diffs.push((took[1].as_secs_f64() - took[0].as_secs_f64()) * 1000.0);
+        for side in 0..2 {
+            samples[side].push(took[side]);
+        }
+    }
+    Ok((samples, diffs))
+}
+
 /// Runs the paired comparison against the build in `base_dir` and prints JSON.
 pub async fn run(opts: &Opts, base_dir: &Path) -> anyhow::Result<()> {
     let c = Counts::new(opts.quick);
@@ -187,20 +220,10 @@ pub async fn run(opts: &Opts, base_dir: &Path) -> anyhow::Result<()> {
     }
 
     eprintln!("exec latency, {} paired rounds…", c.rounds);
-    let mut samples = [Vec::new(), Vec::new()];
-    let mut diffs = Vec::with_capacity(c.rounds);
-    for round in 0..c.rounds {
-        // Alternate which goes first, so neither always runs on the other's warm caches.
-        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
-        let mut took = [Duration::ZERO; 2];
-        for side in order {
-            took[side] = exec_true(&sides[side]).await?;
-        }
-        diffs.push((took[1].as_secs_f64() - took[0].as_secs_f64()) * 1000.0);
-        for side in 0..2 {
-            samples[side].push(took[side]);
-        }
-    }
+    let (samples, diffs) = paired(&sides, c.rounds, Duration::ZERO, |s| async move {
+        exec_true(&s).await
+    })
+    .await?;
 
     eprintln!(
         "many clients, {} blocks of {}×{} execs each…",
@@ -244,20 +267,14 @@ pub async fn run(opts: &Opts, base_dir: &Path) -> anyhow::Result<()> {
     for s in &sides {
         sleepers.push(start_sleepers(s, c.ps_running).await?);
     }
-    let mut ps_samples = [Vec::new(), Vec::new()];
-    let mut ps_diffs = Vec::with_capacity(c.ps_rounds);
-    for round in 0..c.ps_rounds {
-        tokio::time::sleep(PS_PACE).await;
-        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
-        let mut took = [Duration::ZERO; 2];
-        for side in order {
-            took[side] = ps_all(&sides[side]).await?;
-        }
-        ps_diffs.push((took[1].as_secs_f64() - took[0].as_secs_f64()) * 1000.0);
-        for side in 0..2 {
-            ps_samples[side].push(took[side]);
-        }
-    }
+    let (ps_samples, ps_diffs) =
+        paired(
+            &sides,
+            c.ps_rounds,
+            PS_PACE,
+            |s| async move { ps_all(&s).await },
+        )
+        .await?;
     for (s, ids) in sides.iter().zip(sleepers) {
         kill_all(s, ids).await?;
     }

@@ -10,8 +10,8 @@ use std::os::unix::fs::PermissionsExt;
 use yieldshell_proto::pb;
 
 use crate::helper::{
-    Pid, TestDaemon, bin, eventually, fd_count, holders_in, marked_processes, run, testbin, ticks,
-    zombies_of,
+    Pid, TestDaemon, bin, eventually, fd_count, fd_target, fd_targets, holders_in,
+    marked_processes, run, testbin, ticks, zombies_of,
 };
 
 /// Children of `parent` (from `/proc/<pid>/task/*/children`).
@@ -54,18 +54,6 @@ fn zygote_of(daemon: i32) -> Option<Pid> {
         .into_iter()
         .find(|&p| comm(p) == "yieldshell-zygo" && groups_of(p).is_some_and(|(_, sid)| sid == p))
         .and_then(Pid::of)
-}
-
-/// Targets of a process's descriptors (`socket:[N]`, `/dev/null`, …).
-fn fd_targets(pid: i32) -> Vec<String> {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| std::fs::read_link(e.path()).ok())
-                .map(|t| t.display().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,10 +118,7 @@ async fn the_zygote_stays_bounded_and_its_holders_owe_it_nothing() {
         "its own process group, in the zygote's session"
     );
     assert_ne!(groups_of(daemon).map(|g| g.1), Some(zygote.pid));
-    let zygote_socket = std::fs::read_link(format!("/proc/{}/fd/3", zygote.pid))
-        .expect("the zygote's socket")
-        .display()
-        .to_string();
+    let zygote_socket = fd_target(zygote.pid, 3).expect("the zygote's socket");
     assert!(
         !fd_targets(holder.pid).contains(&zygote_socket),
         "the holder has the zygote's socket: {:?}",

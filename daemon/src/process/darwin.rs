@@ -57,6 +57,7 @@ pub fn read_stat(pid: i32) -> Option<ProcStat> {
         pgrp: i32::try_from(info.pbi_pgid).ok()?,
         // A process that exited between the two calls has no session: -1 matches no group.
         session: if session < 0 { -1 } else { session },
+        tpgid: i32::try_from(info.e_tpgid).unwrap_or(0),
         state,
         start_time: info
             .pbi_start_tvsec

@@ -584,8 +584,8 @@ mod linux {
     use super::super::tree::{self, Identity, ProcStat};
     use super::{InputEndpoint, ProcessView, Verdict, judge, parse_pipe_link};
 
-    /// The fds of a live process, read on demand.
-    struct ProcFds(i32);
+    /// The fds of a live process, read on demand, and what its `stat` said.
+    struct ProcFds(i32, Option<ProcStat>);
 
     impl ProcessView for ProcFds {
         fn link(&self, fd: u64) -> Option<String> {
@@ -626,12 +626,7 @@ mod linux {
         }
 
         fn in_foreground(&self) -> Option<bool> {
-            // `stat` after the command name: state ppid pgrp session tty_nr tpgid …
-            let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0)).ok()?;
-            let mut fields = stat[stat.rfind(')')? + 1..].split_ascii_whitespace();
-            let pgrp: i32 = fields.nth(2)?.parse().ok()?;
-            let tpgid: i32 = fields.nth(2)?.parse().ok()?;
-            Some(pgrp == tpgid)
+            self.1.map(|stat| stat.pgrp == stat.tpgid)
         }
 
         fn fdinfo(&self, fd: u64) -> Option<(String, bool)> {
@@ -682,14 +677,15 @@ mod linux {
     /// closed to us: the unit tests run it where `syscall` is open.
     #[cfg(test)]
     pub(super) fn judge_without_syscall(pid: i32, endpoint: &InputEndpoint) -> Verdict {
-        let state = tree::read_stat(pid).map_or(b'?', |s| s.state);
+        let stat = tree::read_stat(pid);
         let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).ok();
-        judge(state, None, wchan.as_deref(), &ProcFds(pid), endpoint)
+        let state = stat.map_or(b'?', |s| s.state);
+        judge(state, None, wchan.as_deref(), &ProcFds(pid, stat), endpoint)
     }
 
     /// The endpoint on the shell's fd 0, if it is a pipe or a terminal.
     pub(super) fn endpoint_of(shell: i32) -> Option<InputEndpoint> {
-        let link = ProcFds(shell).link(0)?;
+        let link = ProcFds(shell, None).link(0)?;
         if link.starts_with("/dev/pts/") {
             return Some(InputEndpoint::Terminal { path: link });
         }
@@ -710,7 +706,7 @@ mod linux {
             stat.state,
             syscall.as_deref(),
             wchan.as_deref(),
-            &ProcFds(pid),
+            &ProcFds(pid, Some(*stat)),
             endpoint,
         )
     }

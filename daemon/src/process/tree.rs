@@ -37,6 +37,9 @@ pub struct ProcStat {
     pub pgrp: i32,
     /// Session id.
     pub session: i32,
+    /// The foreground process group of its controlling terminal (`-1`, or `0` on macOS, when it
+    /// has none).
+    pub tpgid: i32,
     /// State letter (`R`, `S`, `Z`, …).
     pub state: u8,
     /// Start time, in the unit of [`Identity::start_time`].
@@ -60,12 +63,14 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
     let ppid = fields.next()?.parse().ok()?;
     let pgrp = fields.next()?.parse().ok()?;
     let session = fields.next()?.parse().ok()?;
-    // Fields 7..=21 precede starttime (field 22); we consumed fields 3..=6.
-    let start_time = fields.nth(15)?.parse().ok()?;
+    // Field 7 is tty_nr, 8 tpgid; fields 9..=21 precede starttime (field 22).
+    let tpgid = fields.nth(1)?.parse().ok()?;
+    let start_time = fields.nth(13)?.parse().ok()?;
     Some(ProcStat {
         ppid,
         pgrp,
         session,
+        tpgid,
         state,
         start_time,
     })
@@ -633,6 +638,7 @@ mod tests {
         let s = parse_stat(line).expect("parse");
         assert_eq!((s.ppid, s.pgrp, s.session, s.state), (1, 1234, 1234, b'S'));
         assert_eq!(s.start_time, 987654);
+        assert_eq!(s.tpgid, -1, "no controlling terminal");
     }
 
     #[test]
