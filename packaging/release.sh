@@ -276,7 +276,7 @@ done
 # -- Windows ----------------------------------------------------------------------------------
 # A zip (what Windows users unpack), a win_amd64 wheel and the npm package win32-x64, all three
 # holding the same .exe files, which cargo builds with the mingw linker (psm's stack switching is
-# assembly on this target: no zig). The build is exactly `.ci/run`'s Windows build (same command,
+# assembly on this target: no zig). The build is exactly `.ci/test-extra`'s Windows build (same command,
 # same environment: without SOURCE_DATE_EPOCH, which psm's build script tracks), so in CI, same
 # profile, it finds everything built and these are the binaries the Wine tests ran.
 # The wheel is not built by maturin: maturin would compile the shim on its own, with the shim's

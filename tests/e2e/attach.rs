@@ -185,6 +185,7 @@ fn assert_terminal_mode_restored(pane: &Pane) {
 }
 
 #[tokio::test]
+#[ignore = "needs tmux and python3: run .ci/test-extra"]
 async fn a_person_types_into_a_terminal_repl_and_detaches_leaving_it_running() {
     let d = TestDaemon::start().await;
     let id = exec_background(&d, &["--tty", "--cols", "80", "--rows", "24"], "python3 -q");
@@ -227,6 +228,7 @@ async fn a_person_types_into_a_terminal_repl_and_detaches_leaving_it_running() {
 }
 
 #[tokio::test]
+#[ignore = "needs tmux and python3: run .ci/test-extra"]
 async fn the_program_gets_the_persons_window_size_and_its_changes() {
     let d = TestDaemon::start().await;
     let id = exec_background(&d, &["--tty", "--cols", "40", "--rows", "10"], "python3 -q");
@@ -285,6 +287,7 @@ fn attach_pid(pane: &Pane) -> i32 {
 }
 
 #[tokio::test]
+#[ignore = "needs tmux and python3: run .ci/test-extra"]
 async fn sigterm_to_an_attached_yieldctl_restores_the_terminal_and_leaves_the_process() {
     let d = TestDaemon::start().await;
     let id = exec_background(&d, &["--tty"], "python3 -q");
@@ -309,6 +312,7 @@ async fn sigterm_to_an_attached_yieldctl_restores_the_terminal_and_leaves_the_pr
 }
 
 #[tokio::test]
+#[ignore = "needs tmux: run .ci/test-extra"]
 async fn attach_ends_with_the_process_and_its_exit_code() {
     let d = TestDaemon::start().await;
     let id = exec_background(&d, &["--tty"], "printf 'code? '; read code; exit \"$code\"");
@@ -326,6 +330,7 @@ async fn attach_ends_with_the_process_and_its_exit_code() {
 }
 
 #[tokio::test]
+#[ignore = "needs tmux: run .ci/test-extra"]
 async fn a_person_types_lines_into_a_pipe_process_and_ctrl_c_detaches() {
     let d = TestDaemon::start().await;
     let id = exec_background(
@@ -380,6 +385,7 @@ async fn attach_without_a_terminal_says_so_and_fails() {
 }
 
 #[tokio::test]
+#[ignore = "needs tmux: run .ci/test-extra"]
 async fn attach_to_an_ended_process_says_how_it_ended() {
     let d = TestDaemon::start().await;
     let out = json(&run(d.yieldctl().args(["--json", "exec", "--", "exit 3"])));

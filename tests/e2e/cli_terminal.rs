@@ -52,6 +52,7 @@ async fn exec_tty_runs_on_a_terminal_of_the_size_asked_and_strips_escapes_unless
 }
 
 #[tokio::test]
+#[ignore = "needs python3: run .ci/test-extra"]
 async fn keys_reach_a_terminal_repl_and_read_screen_shows_the_answer() {
     let d = TestDaemon::start().await;
     let id = exec_tty_background(&d, "python3 -q");
@@ -126,6 +127,7 @@ async fn read_screen_of_a_pipe_process_says_there_is_none() {
 }
 
 #[tokio::test]
+#[ignore = "needs python3: run .ci/test-extra"]
 async fn a_password_prompt_is_named_with_the_attach_command() {
     let d = TestDaemon::start().await;
     let prompt =

@@ -64,6 +64,7 @@ async fn a_second_daemon_on_the_same_state_or_socket_exits_and_leaves_the_first_
 }
 
 #[tokio::test]
+#[ignore = "needs root: run .ci/test-extra as root"]
 async fn another_user_is_refused() {
     require_root("run a client as another uid (uid 65534, through setpriv)");
     let setpriv = require_tool("setpriv", "util-linux");

@@ -329,6 +329,7 @@ async fn interact_ends_its_window_when_the_job_waits_for_input_again() {
 /// A dev server that reads keyboard shortcuts from its stdin (nodemon's `rs`) while it starts
 /// its child is running, not waiting for input: `exec(until)` returns at its line, not early.
 #[tokio::test]
+#[ignore = "needs node: run .ci/test-extra"]
 async fn a_dev_server_reading_shortcuts_from_stdin_is_not_waiting_for_input() {
     let d = TestDaemon::start().await;
     let c = d.session();

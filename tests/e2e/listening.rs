@@ -18,6 +18,7 @@ const SERVER: &str = "python3 -c \"import socket, time\n\
     time.sleep(600)\" & wait";
 
 #[tokio::test]
+#[ignore = "needs python3: run .ci/test-extra"]
 async fn a_servers_address_is_in_ps_read_mcp_and_yieldctl_and_gone_once_stopped() {
     let d = TestDaemon::start().await;
     let c = d.session();
@@ -123,6 +124,7 @@ async fn a_servers_address_is_in_ps_read_mcp_and_yieldctl_and_gone_once_stopped(
 
 /// `yieldctl exec` says where a server it left in the background listens.
 #[tokio::test]
+#[ignore = "needs python3: run .ci/test-extra"]
 async fn yieldctl_exec_names_the_address_of_a_server_it_leaves_running() {
     let d = TestDaemon::start().await;
     let out = run(d.yieldctl().args([

@@ -13,8 +13,8 @@
 //! and `npm`/`npx` installs on Windows, the launcher spawning an `.exe` under Windows' node.
 //!
 //! They need the artifacts, which take minutes to build, so they are `#[ignore]`d in the normal
-//! suite: `.ci/run` runs `release.sh` (the quick `dist-check` profile) and then these, with
-//! `cargo test -p yieldshell-tests --test e2e -- --ignored packaging_dist::`.
+//! suite: `.ci/test-extra dist` runs `release.sh` (the quick `dist-check` profile) and then these,
+//! with `cargo test -p yieldshell-tests --test e2e -- --ignored packaging_dist::`.
 //! `YIELDSHELL_DIST_DIR` points them at another directory of artifacts.
 
 use std::path::{Path, PathBuf};
@@ -108,7 +108,7 @@ fn unpacked_tarball() -> (tempfile::TempDir, PathBuf) {
 }
 
 #[test]
-#[ignore = "needs target/dist from packaging/release.sh; .ci/run builds it and runs these"]
+#[ignore = "needs the release artifacts (target/dist): run .ci/test-extra dist"]
 fn the_tarball_matches_its_checksums_and_holds_the_release() {
     let dist = dist_dir();
     let name = format!("{}.tar.gz", tarball_stem());
@@ -155,7 +155,7 @@ fn the_tarball_matches_its_checksums_and_holds_the_release() {
 }
 
 #[tokio::test]
-#[ignore = "needs target/dist from packaging/release.sh; .ci/run builds it and runs these"]
+#[ignore = "needs the release artifacts (target/dist): run .ci/test-extra dist"]
 async fn the_unpacked_tarball_serves_mcp_with_its_own_daemon() {
     let (_dir, top) = unpacked_tarball();
     let version = format!(
@@ -192,7 +192,7 @@ fn newest_glibc(binary: &Path) -> (u32, u32) {
 }
 
 #[test]
-#[ignore = "needs target/dist from packaging/release.sh; .ci/run builds it and runs these"]
+#[ignore = "needs the release artifacts (target/dist): run .ci/test-extra dist"]
 fn no_binary_needs_a_glibc_newer_than_2_28() {
     let (_dir, top) = unpacked_tarball();
     for name in [
@@ -215,7 +215,7 @@ fn no_binary_needs_a_glibc_newer_than_2_28() {
 }
 
 #[tokio::test]
-#[ignore = "needs target/dist from packaging/release.sh; .ci/run builds it and runs these"]
+#[ignore = "needs the release artifacts (target/dist): run .ci/test-extra dist"]
 async fn the_wheel_installs_into_a_clean_venv_and_serves_mcp() {
     let python = require_tool("python3", "python3");
     let wheel = artifact(
@@ -255,7 +255,7 @@ async fn the_wheel_installs_into_a_clean_venv_and_serves_mcp() {
 }
 
 #[tokio::test]
-#[ignore = "needs target/dist from packaging/release.sh; .ci/run builds it and runs these"]
+#[ignore = "needs the release artifacts (target/dist): run .ci/test-extra dist"]
 async fn the_npm_packages_install_and_serve_mcp() {
     let npm = require_tool("npm", "npm");
     let version = yieldshell_proto::VERSION;
@@ -397,7 +397,7 @@ fn assert_mach_o_binaries(dir: &Path, cputype: u32, min_macos: (u32, u32), artif
 /// that every binary is a Mach-O of the artifact's architecture for the promised macOS, signed
 /// where Apple silicon requires it (and the check itself refuses the Linux build's ELF binaries).
 #[test]
-#[ignore = "needs target/dist from packaging/release.sh; .ci/run builds it and runs these"]
+#[ignore = "needs the release artifacts (target/dist): run .ci/test-extra dist"]
 fn the_macos_artifacts_hold_mach_o_binaries_of_their_architecture() {
     let version = yieldshell_proto::VERSION;
     let dist = dist_dir();
@@ -639,7 +639,7 @@ fn assert_same_executables(dir: &Path, zip_bin: &Path, artifact: &str) {
 }
 
 #[test]
-#[ignore = "needs target/dist from packaging/release.sh; .ci/run builds it and runs these"]
+#[ignore = "needs the release artifacts (target/dist): run .ci/test-extra dist"]
 fn the_windows_zip_matches_its_checksums_and_holds_windows_executables() {
     let dist = dist_dir();
     let stem = windows_stem();
@@ -671,7 +671,7 @@ fn the_windows_zip_matches_its_checksums_and_holds_windows_executables() {
 }
 
 #[test]
-#[ignore = "needs target/dist from packaging/release.sh; .ci/run builds it and runs these"]
+#[ignore = "needs the release artifacts (target/dist): run .ci/test-extra dist"]
 fn the_windows_wheel_is_for_win_amd64_and_pip_installs_it_for_windows() {
     let version = yieldshell_proto::VERSION;
     let wheel = artifact(&format!("yieldshell-{version}-py3-none-win_amd64"), ".whl");
@@ -755,7 +755,7 @@ print(len(rows))
 }
 
 #[test]
-#[ignore = "needs target/dist from packaging/release.sh; .ci/run builds it and runs these"]
+#[ignore = "needs the release artifacts (target/dist): run .ci/test-extra dist"]
 fn the_windows_npm_package_is_for_win32_x64_and_the_launcher_picks_it() {
     let node = require_tool("node", "nodejs");
     let version = yieldshell_proto::VERSION;
@@ -881,7 +881,7 @@ impl Drop for StopWindowsDaemon {
 /// itself (`bin\yieldshelld.exe` of the zip, nothing pointing it there). The wheel's and npm's
 /// executables are the same bytes (checked above). Not run: Windows itself (see windows_wine).
 #[tokio::test]
-#[ignore = "needs target/dist from packaging/release.sh and wine; .ci/run builds it and runs these"]
+#[ignore = "needs the release artifacts (target/dist) and wine: run .ci/test-extra dist"]
 async fn the_unzipped_windows_release_serves_mcp_under_wine_with_its_own_daemon() {
     let zip = unzipped(&artifact(&windows_stem(), ".zip"));
     let bin_dir = zip.path().join(windows_stem()).join("bin");

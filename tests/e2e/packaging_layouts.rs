@@ -65,6 +65,7 @@ async fn a_pipx_symlink_into_the_environment() {
 }
 
 #[tokio::test]
+#[ignore = "needs node: run .ci/test-extra"]
 async fn the_npm_launcher_and_its_platform_package() {
     // The real launcher (`packaging/npm/yieldshell`) under node, with the platform package
     // beside it in node_modules as npm installs them.

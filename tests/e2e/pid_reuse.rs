@@ -3,7 +3,7 @@
 //! and session of its own (`setsid`). A stop must then leave that program alone. The kernel is
 //! steered to hand out a chosen pid through `/proc/sys/kernel/ns_last_pid`, which needs root and
 //! makes every process started meanwhile anywhere on the machine reuse recent pids: the test is
-//! ignored in the suite and run on its own by `.ci/run`.
+//! ignored in the suite and run on its own by `.ci/test-extra pid-reuse`.
 #![cfg(target_os = "linux")]
 
 use std::process::{Child, Command};
@@ -49,8 +49,7 @@ fn uptime_ticks() -> u64 {
 }
 
 #[tokio::test]
-#[ignore = "steers the pid allocation of the whole machine, which disturbs tests running beside \
-            it, and needs root: .ci/run runs it on its own"]
+#[ignore = "needs root and the machine to itself: run .ci/test-extra pid-reuse"]
 async fn stop_spares_a_program_that_took_an_exited_shells_pid() {
     require_root("steer pid allocation through /proc/sys/kernel/ns_last_pid");
     let d = TestDaemon::start().await;

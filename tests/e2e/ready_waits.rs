@@ -234,6 +234,7 @@ async fn write_until_returns_the_answer_printed_right_after_the_write() {
 }
 
 #[tokio::test]
+#[ignore = "needs python3: run .ci/test-extra"]
 async fn a_python_repl_takes_one_write_until_per_exchange() {
     require_tool("python3", "python3");
     let d = TestDaemon::start().await;

@@ -532,7 +532,7 @@ async fn f11_closing_the_shims_stdin_ends_it_at_once_and_the_auto_started_daemon
 /// editor's unit or scope does not take the daemon along. Only systemd (PID 1 with a user
 /// manager) puts an editor in a cgroup of its own; a CI container has neither.
 #[tokio::test]
-#[ignore = "needs systemd as init (PID 1) with a user manager; CI containers have none"]
+#[ignore = "needs systemd as init (PID 1) with a user manager, which CI has not: run it by name on such a machine"]
 async fn f11_on_systemd_the_auto_started_daemon_leaves_the_clients_cgroup() {
     assert!(
         std::path::Path::new("/run/systemd/system").exists(),

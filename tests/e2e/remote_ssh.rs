@@ -8,7 +8,7 @@
 //! no other address ever contacted. Its sessions get `PATH` with this build's binaries first and
 //! a private socket, state directory and config (`SetEnv` in the sshd config), so the remote
 //! shim starts this build's daemon in a temp dir. Without `sshd`/`ssh` the tests fail naming the
-//! packages (`.ci/run` installs them); as root, sshd also needs `/run/sshd`, created here.
+//! packages (`.ci/test-extra` installs them); as root, sshd also needs `/run/sshd`, created here.
 
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -228,6 +228,7 @@ fn remote_shims(socket: &Path) -> Vec<u32> {
 }
 
 #[tokio::test]
+#[ignore = "needs sshd and ssh (packages openssh-server, openssh-client): run .ci/test-extra"]
 async fn an_mcp_client_whose_command_is_ssh_runs_commands_on_the_remote_host() {
     let sshd = Sshd::start();
     let mcp = Mcp::start_command(sshd.mcp_command(&sshd.dir.path().join("ssh.pid"))).await;
@@ -253,6 +254,7 @@ async fn an_mcp_client_whose_command_is_ssh_runs_commands_on_the_remote_host() {
 }
 
 #[tokio::test]
+#[ignore = "needs sshd and ssh (packages openssh-server, openssh-client): run .ci/test-extra"]
 async fn a_dropped_connection_leaves_remote_processes_running_for_yieldctl_over_a_forwarded_socket()
 {
     let sshd = Sshd::start();

@@ -168,6 +168,7 @@ async fn sizes_are_checked_and_pipes_refuse_terminal_controls() {
 }
 
 #[tokio::test]
+#[ignore = "needs python3: run .ci/test-extra"]
 async fn python_repl_under_a_terminal_answers_takes_ctrl_c_and_exits_on_eof() {
     let d = TestDaemon::start().await;
     let c = d.session();
@@ -281,6 +282,7 @@ async fn a_resize_reaches_a_winch_trap() {
 }
 
 #[tokio::test]
+#[ignore = "needs python3: run .ci/test-extra"]
 async fn a_password_prompt_waits_with_echo_off_and_the_password_is_recorded_nowhere() {
     let d = TestDaemon::start().await;
     let c = d.session();
@@ -354,6 +356,7 @@ async fn stop_takes_down_a_terminal_process_tree() {
 }
 
 #[tokio::test]
+#[ignore = "needs python3: run .ci/test-extra"]
 async fn a_terminal_process_survives_a_daemon_crash_readable_and_writable() {
     let mut d = TestDaemon::start().await;
     let c = d.session();
@@ -380,6 +383,7 @@ async fn a_terminal_process_survives_a_daemon_crash_readable_and_writable() {
 }
 
 #[tokio::test]
+#[ignore = "needs python3: run .ci/test-extra"]
 async fn exec_on_a_terminal_yields_early_at_a_password_prompt() {
     let d = TestDaemon::start().await;
     let c = d.session();
@@ -419,6 +423,7 @@ async fn exec_on_a_terminal_yields_early_at_a_password_prompt() {
 /// (Python's REPL) in `pselect6` on the terminal, Node's REPL in `epoll_pwait` with the terminal
 /// among its event sources. `exec` still yields at their prompt, and says they wait for input.
 #[tokio::test]
+#[ignore = "needs python3 and node: run .ci/test-extra"]
 async fn exec_on_a_terminal_yields_early_at_a_line_editors_prompt() {
     let d = TestDaemon::start().await;
     let c = d.session();
@@ -467,6 +472,7 @@ async fn exec_on_a_terminal_yields_early_at_a_line_editors_prompt() {
 /// A server under a terminal waits in a readiness wait too, but on its socket: it never reads
 /// as waiting for input.
 #[tokio::test]
+#[ignore = "needs python3: run .ci/test-extra"]
 async fn a_server_polling_its_socket_under_a_terminal_is_not_waiting_for_input() {
     let d = TestDaemon::start().await;
     let c = d.session();
@@ -545,6 +551,7 @@ async fn follow_strips_escapes_unless_raw() {
 }
 
 #[tokio::test]
+#[ignore = "needs python3: run .ci/test-extra"]
 async fn the_mcp_tools_run_a_repl_on_a_terminal() {
     use serde_json::json;
 

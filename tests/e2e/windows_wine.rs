@@ -2,8 +2,8 @@
 //! start a daemon on a named pipe, `yieldctl.exe` runs, lists, reads and stops processes through
 //! it, and `mcp-yieldshell.exe` serves a real MCP client over stdio.
 //!
-//! Ignored in the normal suite (they need Wine, the mingw linker and the Windows build); `.ci/run`
-//! builds the Windows binaries (its `dist-check` profile, named by `YIELDSHELL_WINDOWS_PROFILE`:
+//! Ignored in the normal suite (they need Wine, the mingw linker and the Windows build);
+//! `.ci/test-extra windows` builds the Windows binaries (its `dist-check` profile, named by `YIELDSHELL_WINDOWS_PROFILE`:
 //! the binaries `packaging/release.sh` then packs) and runs them with `--ignored windows_wine::`.
 //! The Wine driving here ([`wine`], [`Finish`], [`windows_path`], [`processes_with`]) is also
 //! what `packaging_dist` uses to run the unpacked Windows release.
@@ -264,7 +264,7 @@ pub fn processes_with(needles: &[String]) -> Vec<String> {
 }
 
 #[test]
-#[ignore = "needs wine and the Windows build: run by .ci/run"]
+#[ignore = "needs wine and the Windows build: run .ci/test-extra windows"]
 fn exec_returns_a_commands_output_and_exit_code() {
     let d = WinDaemon::start();
     // `hi&`, not `hi &`: cmd's echo keeps the space before `&`.
@@ -281,7 +281,7 @@ fn exec_returns_a_commands_output_and_exit_code() {
 }
 
 #[test]
-#[ignore = "needs wine and the Windows build: run by .ci/run"]
+#[ignore = "needs wine and the Windows build: run .ci/test-extra windows"]
 fn a_yielded_process_is_listed_read_incrementally_and_stopped_with_its_child() {
     let d = WinDaemon::start();
     let (command, markers) = nested_loop();
@@ -356,7 +356,7 @@ fn a_yielded_process_is_listed_read_incrementally_and_stopped_with_its_child() {
 }
 
 #[tokio::test]
-#[ignore = "needs wine and the Windows build: run by .ci/run"]
+#[ignore = "needs wine and the Windows build: run .ci/test-extra windows"]
 async fn the_mcp_shim_lists_its_tools_and_runs_an_exec() {
     let d = tokio::task::spawn_blocking(WinDaemon::start)
         .await
@@ -388,7 +388,7 @@ async fn the_mcp_shim_lists_its_tools_and_runs_an_exec() {
 }
 
 #[test]
-#[ignore = "needs wine and the Windows build: run by .ci/run"]
+#[ignore = "needs wine and the Windows build: run .ci/test-extra windows"]
 fn a_client_starts_the_daemon_detached_and_daemon_stop_ends_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pipe = format!(r"\\.\pipe\yieldshell-test-{}", unique());
@@ -452,7 +452,7 @@ fn status_of(d: &WinDaemon, id: &str) -> Value {
 }
 
 #[test]
-#[ignore = "needs wine and the Windows build: run by .ci/run"]
+#[ignore = "needs wine and the Windows build: run .ci/test-extra windows"]
 fn a_timeout_and_the_daemons_shutdown_end_whole_trees() {
     let mut d = WinDaemon::start();
     let (command, markers) = nested_loop();

@@ -1319,7 +1319,7 @@ mod tests {
             .stdout(std::process::Stdio::piped())
             .process_group(0)
             .spawn()
-            .expect("python3 (a CI prerequisite)");
+            .expect("python3 (installed by .ci/test-extra)");
         let shell = super::super::tree::identify(child.id() as i32).expect("identity");
         (child, shell)
     }
@@ -1328,6 +1328,7 @@ mod tests {
     /// `epoll` (the interest lists read from its memory and its epoll fd's fdinfo).
     #[cfg(target_os = "linux")]
     #[test]
+    #[ignore = "needs python3: run .ci/test-extra"]
     fn real_readiness_waits_on_the_stdin_pipe_are_found_waiting() {
         use std::io::Write;
         let waits = [
@@ -1357,6 +1358,7 @@ mod tests {
     /// socket beside its stdin (as dev servers reading keyboard shortcuts do).
     #[cfg(target_os = "linux")]
     #[test]
+    #[ignore = "needs python3: run .ci/test-extra"]
     fn real_readiness_waits_on_other_work_are_not_waiting() {
         let programs = [
             "r, w = os.pipe()\nprint('in', flush=True)\nselect.select([r], [], [])",

@@ -258,6 +258,7 @@ mod tests {
     /// A real listener in a child's tree: found, with its port; gone once closed.
     #[cfg(target_os = "linux")]
     #[test]
+    #[ignore = "needs python3: run .ci/test-extra"]
     fn a_real_listener_in_a_childs_session_is_found() {
         use std::io::{BufRead, Write};
         use std::os::unix::process::CommandExt;
@@ -275,7 +276,7 @@ mod tests {
             .stdout(std::process::Stdio::piped())
             .process_group(0)
             .spawn()
-            .expect("sh and python3 (a CI prerequisite)");
+            .expect("sh and python3 (installed by .ci/test-extra)");
         let shell = super::super::tree::identify(child.id() as i32).expect("identity");
         let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
         let mut port = String::new();

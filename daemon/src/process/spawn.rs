@@ -569,7 +569,7 @@ mod tests {
     /// Makes spawns take the glibc 2.28 path ([`InDirectory`]) in this process.
     pub(super) static FORCE_NO_CHDIR_ACTION: AtomicBool = AtomicBool::new(false);
 
-    /// Set in the re-executed test binary that runs [`fallback_child`] alone.
+    /// Set in the re-executed test binary, where the test takes the fallback alone.
     const CHILD_VAR: &str = "YIELDSHELL_TEST_SPAWN_FALLBACK_CHILD";
 
     /// This glibc (2.29 or newer) has the chdir spawn action: the run-time lookup must find it,
@@ -580,24 +580,19 @@ mod tests {
     }
 
     /// The glibc 2.28 fallback moves the process's own directory, which only a single-threaded
-    /// process may do: the test binary runs [`fallback_child`] again, alone, in a child.
+    /// process may do: the test runs again, alone, in a child of its own.
     #[test]
     fn without_the_chdir_action_the_shell_still_starts_in_its_directory() {
-        crate::test_child::run_in_child(
-            "process::spawn::tests::fallback_child",
+        crate::test_child::in_own_process(
+            "process::spawn::tests::without_the_chdir_action_the_shell_still_starts_in_its_directory",
             CHILD_VAR,
             "fallback ok",
+            fallback,
         );
     }
 
-    /// The child half of the test above, which runs it.
-    #[test]
-    #[ignore = "the child half of without_the_chdir_action_the_shell_still_starts_in_its_directory, which runs it alone"]
-    fn fallback_child() {
-        assert!(
-            std::env::var_os(CHILD_VAR).is_some(),
-            "run only by its parent test: it changes the process's directory"
-        );
+    /// The spawn through the fallback, in the test's own process.
+    fn fallback() {
         FORCE_NO_CHDIR_ACTION.store(true, Ordering::SeqCst);
         let before = std::env::current_dir().expect("cwd");
         let target = std::env::temp_dir().canonicalize().expect("temp dir");

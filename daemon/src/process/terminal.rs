@@ -567,33 +567,28 @@ mod tests {
         assert!(requested_size(None, Some(0), DEFAULT_SIZE).is_err());
     }
 
-    /// Set in the re-executed test binary that runs [`flood_child`] alone.
+    /// Set in the re-executed test binary, where the test does the measuring alone.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     const CHILD_VAR: &str = "YIELDSHELL_TEST_EMULATOR_FLOOD_CHILD";
 
     /// The emulator keeps no history: 50 MB of output grow the heap by less than the bound the
     /// module doc gives (the grid's 300 KiB at 120×40, here checked against 1 MiB). Measured
-    /// with glibc's heap statistics in a process of its own ([`flood_child`]), where no other
-    /// test allocates meanwhile.
+    /// with glibc's heap statistics in a process of its own, where no other test allocates
+    /// meanwhile.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[test]
     fn fifty_megabytes_grow_the_emulator_by_less_than_its_bound() {
-        crate::test_child::run_in_child(
-            "process::terminal::tests::flood_child",
+        crate::test_child::in_own_process(
+            "process::terminal::tests::fifty_megabytes_grow_the_emulator_by_less_than_its_bound",
             CHILD_VAR,
             "flood ok",
+            flood,
         );
     }
 
-    /// The child half of the test above, which runs it.
+    /// The measurement of the test above, in its own process.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    #[test]
-    #[ignore = "the child half of fifty_megabytes_grow_the_emulator_by_less_than_its_bound, which runs it alone"]
-    fn flood_child() {
-        assert!(
-            std::env::var_os(CHILD_VAR).is_some(),
-            "run only by its parent test: it measures the whole process's heap"
-        );
+    fn flood() {
         // SAFETY: mallinfo2 only reads the allocator's statistics.
         let in_use = || unsafe { libc::mallinfo2() }.uordblks;
         let mut parser = parser_of(DEFAULT_SIZE);

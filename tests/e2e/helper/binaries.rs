@@ -78,9 +78,9 @@ pub fn bin(name: &str) -> PathBuf {
 }
 
 /// Path of a Windows binary of this workspace (`<name>.exe`, built by `cargo build --target
-/// x86_64-pc-windows-gnu`; `.ci/run` builds them before the Wine tests). Like [`bin`], one older
+/// x86_64-pc-windows-gnu`; `.ci/test-extra windows` builds them before the Wine tests). Like [`bin`], one older
 /// than its sources is refused. `YIELDSHELL_WINDOWS_PROFILE` names the cargo profile (default
-/// `debug`): `.ci/run` builds and tests the `dist-check` binaries, which `packaging/release.sh`
+/// `debug`): `.ci/test-extra` builds and tests the `dist-check` binaries, which `packaging/release.sh`
 /// then packs, so CI compiles the Windows build once.
 pub fn windows_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");

@@ -1,9 +1,10 @@
 //! What a test needs from the machine beyond the workspace: a system tool on `PATH`, or root.
 //!
-//! A missing prerequisite fails the test with the fix (the package to install, or how to run),
-//! never a silent early return: a test that did not run must not show green. `.ci/run` installs
-//! the packages named here. A prerequisite CI cannot have at all is an `#[ignore = "needs …"]`
-//! on the test instead.
+//! Every test with such a prerequisite is `#[ignore = "needs …: run .ci/test-extra"]`, so the
+//! README's test command passes on a fresh machine with only a Rust toolchain; `.ci/test-extra`
+//! installs the packages and runs them (CI runs it). Inside, a missing prerequisite fails the
+//! test with the fix (the package to install, or how to run), never a silent early return: a
+//! test that did not run must not show green.
 
 use std::path::PathBuf;
 
@@ -17,7 +18,7 @@ pub fn require_tool(name: &str, package: &str) -> PathBuf {
     found.unwrap_or_else(|| {
         panic!(
             "this test needs `{name}` on PATH: install the `{package}` package \
-             (Debian: `apt-get install --no-install-recommends {package}`; `.ci/run` does)"
+             (Debian: `apt-get install --no-install-recommends {package}`; `.ci/test-extra` does as root)"
         )
     })
 }
