@@ -8,15 +8,12 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
 use crate::Opts;
-use crate::report;
+use crate::report::{self, Figures};
 use crate::servers::{Bench, Client, Kind, peak_rss, reset_peak, rss};
 use crate::stats::Summary;
 
 /// How long the servers are left alone before an idle memory sample.
 const IDLE_SETTLE: Duration = Duration::from_secs(3);
-
-/// Every figure of one server (or of the floor), by name.
-pub type Figures = BTreeMap<String, Value>;
 
 /// Iteration counts.
 struct Counts {

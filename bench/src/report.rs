@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::measure::Figures;
+/// Every figure of one server (or of the floor), by name.
+pub type Figures = BTreeMap<String, Value>;
 
 fn p50(f: Option<&Figures>, key: &str) -> Option<f64> {
     f?.get(key)?.get("p50_ms")?.as_f64()

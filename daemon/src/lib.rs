@@ -2,8 +2,11 @@
 //! serves the control plane (`yieldshell.v1.Control`) on a local socket only its user can reach.
 //!
 //! Crate map:
-//! - [`process`]: spawning, the per-process actor, the reaper, tree containment;
-//! - [`holder`]: the per-process holder (`yieldshelld hold`) and the daemon's link to it;
+//! - [`process`]: the managed process handle, the per-process actor, tree containment;
+//! - [`holder`]: the per-process holder (`yieldshelld hold`), its start, and the daemon's link to
+//!   it;
+//! - [`spawn`]: the lower room both build on: the shell's spawn, terminals, a process's
+//!   identity, the reaper (`process → holder → spawn`, never back);
 //! - [`output`]: the per-process output log (ring + spool);
 //! - [`policy`]: per-session rules and secret redaction;
 //! - [`service`]: the gRPC handlers; [`listener`]: socket, activation, peer check (on Windows:
@@ -42,6 +45,7 @@ pub mod service;
 pub mod session;
 #[cfg(unix)]
 pub mod shutdown_signals;
+pub mod spawn;
 pub mod state;
 pub mod status;
 #[cfg(all(test, target_os = "linux"))]
@@ -59,7 +63,7 @@ use yieldshell_proto::pb::control_server::ControlServer;
 use crate::config::DaemonConfig;
 use crate::lock::InstanceLock;
 #[cfg(unix)]
-use crate::process::reaper::{self, Reaper};
+use crate::spawn::reaper::{self, Reaper};
 use crate::record::RecordStore;
 use crate::registry::Registry;
 use crate::session::Sessions;
@@ -143,7 +147,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<Ended
         actors: Mutex::new(Vec::new()),
     });
     #[cfg(target_os = "linux")]
-    process::spawn::holder_program();
+    holder::start::holder_program();
     let lost = recovery::recover(&daemon);
     let bound = listener::bind(&config.socket)?;
     // Only once the socket is bound: binding narrows the process's umask for a moment, and a

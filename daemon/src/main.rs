@@ -182,7 +182,7 @@ fn real_main(args: Args) -> anyhow::Result<yieldshelld::Ended> {
         close_inherited_fds();
         raise_fd_limit();
         // Before any thread exists: managed processes must not inherit an ignored signal.
-        yieldshelld::process::spawn::reset_inherited_ignores();
+        yieldshelld::spawn::reset_inherited_ignores();
     }
     let state_dir = match args.state_dir {
         Some(d) => d,

@@ -112,7 +112,7 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
                 .ok();
             record.status = RecordStatus::Lost;
             record.lost_reason = state.lost_reason;
-            record.ended_at_ms = state.ended_at.map(crate::process::unix_ms);
+            record.ended_at_ms = state.ended_at.map(crate::status::unix_ms);
             record.duration_ms = state
                 .duration
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(0));
@@ -152,8 +152,8 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
             start_time: None,
             exit_code: None,
             signal: None,
-            started_at_ms: crate::process::unix_ms(started),
-            ended_at_ms: Some(crate::process::unix_ms(SystemTime::now())),
+            started_at_ms: crate::status::unix_ms(started),
+            ended_at_ms: Some(crate::status::unix_ms(SystemTime::now())),
             duration_ms: None,
             ended_by: None,
             lost_reason: Some(LostReason::RecordMissing),

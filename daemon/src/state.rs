@@ -14,7 +14,7 @@ use crate::heap;
 use crate::limits::RunningCounts;
 use crate::process;
 #[cfg(unix)]
-use crate::process::reaper::Reaper;
+use crate::spawn::reaper::Reaper;
 use crate::record::RecordStore;
 use crate::registry::Registry;
 use crate::session::Sessions;

@@ -3,6 +3,8 @@
 //! ([`LostReason`]). Typed here once; the wire and the record keep their strings (`as_str`, serde
 //! `snake_case`), so neither format changes.
 
+use std::time::SystemTime;
+
 use serde::{Deserialize, Serialize};
 use yieldshell_proto::pb;
 
@@ -176,6 +178,13 @@ impl LostReason {
             LostReason::Unknown => "unknown",
         }
     }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
 #[cfg(test)]

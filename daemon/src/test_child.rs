@@ -5,7 +5,7 @@
 //! One test, not a parent and an ignored "child" test: `cargo test -- --ignored` (which the
 //! extra tiers run, see `.ci/test-extra`) must never pick up a half that fails on its own.
 
-/// In the test `test` (its full path, e.g. `process::spawn::tests::name`): when `marker_var`
+/// In the test `test` (its full path, e.g. `spawn::shell::tests::name`): when `marker_var`
 /// is unset, runs this test binary again on `test` alone with `marker_var` set and asserts that
 /// it succeeded and printed `expected`; when set (that child), runs `body`, which prints
 /// `expected` on success.

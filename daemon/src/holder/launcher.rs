@@ -21,8 +21,8 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use super::{HoldSpec, Kind};
-use crate::process::spawn::{enlarge_pipe, set_default_disposition, shell_strings};
-use crate::process::tree::{self, Identity};
+use crate::spawn::{enlarge_pipe, set_default_disposition, shell_strings};
+use crate::spawn::identity::{self, Identity};
 
 /// The descriptor the launcher reads its spec from.
 const SPEC_FD: RawFd = 3;
@@ -77,7 +77,7 @@ impl Launcher {
             ),
             pid => {
                 drop((stdin_r, stdout_w, stderr_w, spec_r));
-                let identity = tree::identify_child(pid);
+                let identity = identity::identify_child(pid);
                 Ok((
                     Launcher {
                         identity,

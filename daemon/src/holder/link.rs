@@ -18,8 +18,8 @@ use tokio::sync::oneshot;
 use super::zygote::ForkError;
 use super::{Encoder, ExitNote, Hello, HoldSpec, Kind, SOCKET_NAME, recv_frame_with_fd, stream_of};
 use crate::output::OutputLog;
-use crate::process::reaper::{ExitHow, Reaper};
-use crate::process::tree::{self, Identity};
+use crate::spawn::reaper::{ExitHow, Reaper};
+use crate::spawn::identity::{self, Identity};
 
 /// How long a holder may take to answer the first frame (it is a fresh exec, or a live process
 /// that only has to write a few bytes).
@@ -56,7 +56,7 @@ fn greeted(sock: UnixStream, known: Option<Identity>) -> io::Result<Held> {
     sock.set_read_timeout(None)?;
     let holder = match known {
         Some(id) if id.pid == hello.holder_pid => id,
-        _ => tree::identify(hello.holder_pid).unwrap_or(Identity {
+        _ => identity::identify(hello.holder_pid).unwrap_or(Identity {
             pid: hello.holder_pid,
             start_time: 0,
         }),
@@ -228,7 +228,7 @@ impl HolderPool {
         if let Some(pid) = self.fork_from_zygote(&theirs) {
             return Ok((ours, pid));
         }
-        let pid = crate::process::spawn::spawn_holder(&self.reaper, &theirs)?;
+        let pid = super::start::spawn_holder(&self.reaper, &theirs)?;
         Ok((ours, pid))
     }
 
@@ -310,7 +310,7 @@ impl HolderPool {
     /// a spare directory of its own. Blocking.
     fn start_idle(&self) -> io::Result<Idle> {
         let (sock, pid) = self.spawn()?;
-        let id = tree::identify(pid).unwrap_or(Identity { pid, start_time: 0 });
+        let id = identity::identify(pid).unwrap_or(Identity { pid, start_time: 0 });
         let spares = self.spare_root.as_ref().filter(|_| {
             self.spare_failures
                 .load(std::sync::atomic::Ordering::Relaxed)

@@ -28,7 +28,7 @@
 pub mod launcher;
 pub mod link;
 pub mod serve;
-pub mod terminal;
+pub mod start;
 #[cfg(target_os = "linux")]
 pub mod zygote;
 
@@ -36,7 +36,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use crate::output::Stream;
-use crate::process::reaper::ExitHow;
+use crate::spawn::reaper::ExitHow;
 
 /// Argument that turns `yieldshelld` into a holder (`yieldshelld hold`).
 pub const HOLD_ARG: &str = "hold";
@@ -260,7 +260,7 @@ pub struct HoldSpec {
     /// Spool cap in bytes (0: no spool).
     pub spool_cap: u64,
     /// Run on a new pseudo-terminal of this size (DESIGN §9) instead of pipes.
-    pub terminal: Option<terminal::TermSize>,
+    pub terminal: Option<crate::spawn::pty::TermSize>,
 }
 
 impl HoldSpec {
@@ -288,10 +288,10 @@ impl HoldSpec {
     }
 
     /// What the shell is started from: the command, working directory, environment and marker.
-    pub fn spawn_spec(&self) -> crate::process::spawn::SpawnSpec {
+    pub fn spawn_spec(&self) -> crate::spawn::SpawnSpec {
         use std::os::unix::ffi::OsStrExt;
         let os = |b: &[u8]| std::ffi::OsStr::from_bytes(b).to_os_string();
-        crate::process::spawn::SpawnSpec {
+        crate::spawn::SpawnSpec {
             command: self.command.clone(),
             cwd: os(&self.cwd).into(),
             env: self.env.iter().map(|(k, v)| (os(k), os(v))).collect(),
@@ -322,7 +322,7 @@ impl HoldSpec {
         } else {
             d.u8()?;
             let cell = |v: u64| u16::try_from(v).map_err(|_| short());
-            Some(terminal::TermSize {
+            Some(crate::spawn::pty::TermSize {
                 cols: cell(d.u64()?)?,
                 rows: cell(d.u64()?)?,
             })
@@ -639,7 +639,7 @@ mod tests {
         assert_eq!(back.spool_cap, spec.spool_cap);
         assert_eq!(back.terminal, None);
         let tty = HoldSpec {
-            terminal: Some(terminal::TermSize {
+            terminal: Some(crate::spawn::pty::TermSize {
                 cols: 132,
                 rows: 43,
             }),

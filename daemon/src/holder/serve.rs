@@ -31,9 +31,9 @@ use super::{
 use crate::output::Stream;
 use crate::output::spool::{SpoolBuffer, SpoolFiles};
 use crate::policy::redact::{RedactStream, Redactor};
-use crate::process::reaper::ExitHow;
-use crate::process::spawn::{Shell, spawn_shell};
-use crate::process::tree::{self, Identity};
+use crate::spawn::reaper::ExitHow;
+use crate::spawn::{Shell, spawn_shell};
+use crate::spawn::identity::{self, Identity};
 
 /// Queued bytes for the daemon above which the pipes are not read.
 const BACKLOG_LIMIT: usize = 1 << 20;
@@ -135,7 +135,7 @@ fn run() -> io::Result<()> {
             };
             // A quick command may have exited already: still a zombie, unreaped, with its start
             // time.
-            let identity = tree::identify_child(shell.pid);
+            let identity = identity::identify_child(shell.pid);
             (shell, identity)
         }
     };
@@ -548,7 +548,7 @@ impl Holder {
             if pid.as_raw() == self.shell.pid && self.exit.is_none() {
                 let note = ExitNote {
                     how,
-                    ended_at_ms: crate::process::unix_ms(std::time::SystemTime::now()),
+                    ended_at_ms: crate::status::unix_ms(std::time::SystemTime::now()),
                 };
                 self.exit = Some(note);
                 shell_ended = Some(note);
@@ -789,7 +789,7 @@ fn spawn(spec: &HoldSpec, user_umask: nix::sys::stat::Mode) -> io::Result<Shell>
     // The holder is single-threaded: nothing else creates a file while the umask is the user's.
     let holders = umask(user_umask);
     let started = match spec.terminal {
-        Some(size) => super::terminal::start(&shell_spec, size),
+        Some(size) => crate::spawn::pty::start(&shell_spec, size),
         None => spawn_shell(&shell_spec),
     };
     umask(holders);

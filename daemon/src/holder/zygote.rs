@@ -35,7 +35,7 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use super::HOLDER_FD;
-use crate::process::reaper::Reaper;
+use crate::spawn::reaper::Reaper;
 
 /// Argument that turns the holder binary (or `yieldshelld`) into a zygote.
 pub const ZYGOTE_ARG: &str = "zygote";
@@ -65,7 +65,7 @@ impl Zygote {
     /// Starts a zygote (through `reaper`, which reaps it when it exits).
     pub fn start(reaper: &Reaper) -> io::Result<Zygote> {
         let (ours, theirs) = UnixStream::pair()?;
-        let pid = crate::process::spawn::spawn_zygote(reaper, &theirs)?;
+        let pid = super::start::spawn_zygote(reaper, &theirs)?;
         drop(theirs);
         ours.set_read_timeout(Some(ANSWER_TIMEOUT))?;
         Ok(Zygote { sock: ours, pid })

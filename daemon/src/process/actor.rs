@@ -100,7 +100,7 @@ pub struct ActorContext {
     pub detach: CancellationToken,
     /// The daemon's reaper: tells our own children from adopted orphans.
     #[cfg(unix)]
-    pub reaper: Arc<super::reaper::Reaper>,
+    pub reaper: Arc<crate::spawn::reaper::Reaper>,
 }
 
 /// Starts the holder link, the stdin writer and the actor for a held process: one just
@@ -123,7 +123,7 @@ pub fn launch(
     let started = now.checked_sub(age).unwrap_or(now);
     let identity = held.shell();
     let link = Link::run(held.sock, output.clone(), &held.hello)?;
-    // A terminal process's "stdin" is a duplicate of its PTY master (`holder::terminal`).
+    // A terminal process's "stdin" is a duplicate of its PTY master (`spawn::pty`).
     let (stdin, terminal): (Option<StdinSink>, _) = match held.stdin {
         Some(fd) if held.hello.terminal => {
             let term = Arc::new(Terminal::new(fd.try_clone()?, &output));

@@ -17,54 +17,7 @@
 //! The parser of `KERN_PROCARGS2`'s layout is plain Rust and tested on every platform.
 
 #[cfg(target_os = "macos")]
-use super::tree::ProcStat;
-
-/// `proc_bsdinfo` of `pid`, `None` if it is gone or a zombie.
-#[cfg(target_os = "macos")]
-fn bsd_info(pid: i32) -> Option<libc::proc_bsdinfo> {
-    let size = std::mem::size_of::<libc::proc_bsdinfo>();
-    // SAFETY: an all-zero proc_bsdinfo is a valid value of this plain C struct.
-    let mut info: libc::proc_bsdinfo = unsafe { std::mem::zeroed() };
-    // SAFETY: the buffer is a proc_bsdinfo of the size passed; argument 0 excludes zombies.
-    let got = unsafe {
-        libc::proc_pidinfo(
-            pid,
-            libc::PROC_PIDTBSDINFO,
-            0,
-            (&raw mut info).cast(),
-            libc::c_int::try_from(size).ok()?,
-        )
-    };
-    (usize::try_from(got).ok() == Some(size)).then_some(info)
-}
-
-/// The fields of a live process [`super::tree`] uses; `None` when it is gone or a zombie.
-#[cfg(target_os = "macos")]
-pub fn read_stat(pid: i32) -> Option<ProcStat> {
-    let info = bsd_info(pid)?;
-    // SAFETY: getsid has no memory preconditions.
-    let session = unsafe { libc::getsid(pid) };
-    let state = match info.pbi_status {
-        libc::SIDL => b'I',
-        libc::SRUN => b'R',
-        libc::SSLEEP => b'S',
-        libc::SSTOP => b'T',
-        libc::SZOMB => b'Z',
-        _ => b'?',
-    };
-    Some(ProcStat {
-        ppid: i32::try_from(info.pbi_ppid).ok()?,
-        pgrp: i32::try_from(info.pbi_pgid).ok()?,
-        // A process that exited between the two calls has no session: -1 matches no group.
-        session: if session < 0 { -1 } else { session },
-        tpgid: i32::try_from(info.e_tpgid).unwrap_or(0),
-        state,
-        start_time: info
-            .pbi_start_tvsec
-            .saturating_mul(1_000_000)
-            .saturating_add(info.pbi_start_tvusec),
-    })
-}
+use crate::spawn::identity::bsd_info;
 
 /// The owner of `pid` (its effective uid, like the owner of `/proc/<pid>` on Linux).
 #[cfg(target_os = "macos")]

@@ -15,12 +15,8 @@ mod io;
 pub mod job;
 pub mod listening;
 pub mod live_facts;
-#[cfg(unix)]
-pub mod reaper;
 #[cfg(target_os = "linux")]
 pub mod sessions;
-#[cfg(unix)]
-pub mod spawn;
 mod stop;
 pub mod terminal;
 #[cfg(unix)]
@@ -42,7 +38,7 @@ use yieldshell_proto::pb;
 use crate::error::Error;
 use crate::output::OutputLog;
 use crate::record::{ProcessRecord, RECORD_FORMAT, RecordBytes};
-use crate::status::ExitHow;
+use crate::status::{ExitHow, unix_ms};
 pub use crate::status::{EndedBy, LostReason, RecordStatus, Status};
 use tree::{Identity, Signal};
 
@@ -277,13 +273,6 @@ impl ProcessFacts {
             tty: self.tty,
         }
     }
-}
-
-/// Milliseconds since the Unix epoch.
-pub fn unix_ms(t: SystemTime) -> i64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 /// `SIGKILL`-style name of a signal number.

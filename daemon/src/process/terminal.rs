@@ -2,7 +2,7 @@
 //! PTY master, named keys, and the escape-free text of answers.
 //!
 //! # Where things live
-//! The holder owns the PTY master and reads it (`holder::terminal`); the daemon gets a duplicate
+//! The holder owns the PTY master and reads it (`spawn::pty`); the daemon gets a duplicate
 //! of the master in the holder's greeting. [`Terminal`] keeps one copy for queries and controls
 //! (window size, termios, foreground group: ioctls straight on the master, no holder frame) and
 //! the stdin writer gets another ([`MasterWriter`]). Input is written to the master and never
@@ -45,28 +45,10 @@ use tokio::io::unix::AsyncFd;
 use yieldshell_proto::pb;
 
 #[cfg(unix)]
-use crate::holder::terminal as master_ops;
+use crate::spawn::pty as master_ops;
 use crate::output::{OutputLog, StreamFilter};
 
-/// A terminal's size in character cells.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TermSize {
-    /// Columns.
-    pub cols: u16,
-    /// Rows.
-    pub rows: u16,
-}
-
-/// What the terminal's line discipline is set to, as far as answers need it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Modes {
-    /// `ECHO` is off (a password prompt, or a program in raw mode that draws its own echo).
-    pub echo_off: bool,
-    /// `ICANON` is on: input is edited and delivered a line at a time.
-    pub canonical: bool,
-    /// The EOF character (`VEOF`, Ctrl-D unless changed).
-    pub eof_char: u8,
-}
+pub use crate::spawn::pty::{Modes, TermSize};
 
 /// The daemon's handle on a terminal's master. Terminal mode needs a PTY: on Windows (no ConPTY
 /// yet) no [`Terminal`] is ever made, so its master operations cannot be reached.

@@ -24,108 +24,10 @@ use nix::sys::signal::{kill, killpg};
 use nix::unistd::Pid;
 
 pub use super::tree_ops::{Identity, ProcessTree, off_runtime};
-
-/// The environment variable carrying a process's YieldShell id (DESIGN §4).
-pub const MARKER_VAR: &str = "YIELDSHELL_PROCESS_ID";
-
-/// Fields of `/proc/<pid>/stat` (Linux) or `proc_bsdinfo` (macOS) we use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcStat {
-    /// Parent pid.
-    pub ppid: i32,
-    /// Process group.
-    pub pgrp: i32,
-    /// Session id.
-    pub session: i32,
-    /// The foreground process group of its controlling terminal (`-1`, or `0` on macOS, when it
-    /// has none).
-    pub tpgid: i32,
-    /// State letter (`R`, `S`, `Z`, …).
-    pub state: u8,
-    /// Start time, in the unit of [`Identity::start_time`].
-    pub start_time: u64,
-}
-
-impl ProcStat {
-    /// Alive means: not a zombie and not dead. A zombie has finished; it only waits to be
-    /// reaped, which our reaper does.
-    pub fn is_alive(&self) -> bool {
-        !matches!(self.state, b'Z' | b'X' | b'x')
-    }
-}
-
-/// Parses the text of `/proc/<pid>/stat`. The command name (field 2) may contain spaces and
-/// parentheses, so parsing starts after the *last* `)`.
-pub fn parse_stat(text: &str) -> Option<ProcStat> {
-    let rest = &text[text.rfind(')')? + 1..];
-    let mut fields = rest.split_ascii_whitespace();
-    let state = fields.next()?.as_bytes().first().copied()?;
-    let ppid = fields.next()?.parse().ok()?;
-    let pgrp = fields.next()?.parse().ok()?;
-    let session = fields.next()?.parse().ok()?;
-    // Field 7 is tty_nr, 8 tpgid; fields 9..=21 precede starttime (field 22).
-    let tpgid = fields.nth(1)?.parse().ok()?;
-    let start_time = fields.nth(13)?.parse().ok()?;
-    Some(ProcStat {
-        ppid,
-        pgrp,
-        session,
-        tpgid,
-        state,
-        start_time,
-    })
-}
-
-/// Reads `/proc/<pid>/stat`.
-#[cfg(target_os = "linux")]
-pub fn read_stat(pid: i32) -> Option<ProcStat> {
-    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
-}
-
-/// Reads `proc_pidinfo` and `getsid` (macOS).
-#[cfg(target_os = "macos")]
-pub fn read_stat(pid: i32) -> Option<ProcStat> {
-    super::darwin::read_stat(pid)
-}
-
-/// Without a process table, no stat is available.
-#[cfg(not(any(target_os = "linux", target_os = "macos")))]
-pub fn read_stat(_pid: i32) -> Option<ProcStat> {
-    None
-}
-
-/// The identity of a live process now.
-pub fn identify(pid: i32) -> Option<Identity> {
-    if cfg!(any(target_os = "linux", target_os = "macos")) {
-        let stat = read_stat(pid)?;
-        stat.is_alive().then_some(Identity {
-            pid,
-            start_time: stat.start_time,
-        })
-    } else {
-        kill(Pid::from_raw(pid), None)
-            .ok()
-            .map(|()| Identity { pid, start_time: 0 })
-    }
-}
-
-/// The identity of our own child `pid`, which may have exited already (a zombie until we reap
-/// it): its start time is still there to read. [`identify`] would give nothing for a zombie,
-/// and an identity without a start time matches whatever process takes the pid next — a `stop`
-/// would then signal a stranger's group.
-pub fn identify_child(pid: i32) -> Identity {
-    let start_time = if cfg!(any(target_os = "linux", target_os = "macos")) {
-        read_stat(pid).map_or(0, |s| s.start_time)
-    } else {
-        0
-    };
-    Identity { pid, start_time }
-}
-
-/// Whether this exact process (same pid *and* start time) is still alive.
-pub fn is_alive(id: Identity) -> bool {
-    identify(id.pid).is_some_and(|now| id.start_time == 0 || now.start_time == id.start_time)
-}
+pub use crate::spawn::MARKER_VAR;
+pub use crate::spawn::identity::{
+    ProcStat, identify, identify_child, is_alive, parse_stat, read_stat,
+};
 
 /// Whether the process group and session that `leader` led may still exist, so signalling the
 /// group or matching members by it can only reach its own processes. False once the leader's pid
@@ -503,7 +405,7 @@ pub mod fake;
 /// children (it is the tree's subreaper): anything there but the shell is an adopted orphan.
 #[derive(Debug, Clone)]
 pub struct SystemTree {
-    reaper: std::sync::Arc<super::reaper::Reaper>,
+    reaper: std::sync::Arc<crate::spawn::reaper::Reaper>,
     /// The holder and the shell (whose pid is the process group and session of the tree).
     held: Option<(Identity, Identity)>,
     /// Set by the holder's link when the holder said it had no child left after the shell.
@@ -512,7 +414,7 @@ pub struct SystemTree {
 
 impl SystemTree {
     /// The real tree, with the daemon's reaper.
-    pub fn new(reaper: std::sync::Arc<super::reaper::Reaper>) -> SystemTree {
+    pub fn new(reaper: std::sync::Arc<crate::spawn::reaper::Reaper>) -> SystemTree {
         SystemTree {
             reaper,
             held: None,
@@ -523,7 +425,7 @@ impl SystemTree {
     /// The real tree of a process held by `holder`, whose shell is `shell`.
     /// `left_alone` is the link's flag: set once the holder said it had no child left.
     pub fn held(
-        reaper: std::sync::Arc<super::reaper::Reaper>,
+        reaper: std::sync::Arc<crate::spawn::reaper::Reaper>,
         holder: Identity,
         shell: Identity,
         left_alone: std::sync::Arc<std::sync::atomic::AtomicBool>,

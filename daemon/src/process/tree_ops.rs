@@ -1,20 +1,13 @@
 //! What the actor needs of a managed process's tree on every platform: the [`ProcessTree`] seam
-//! (signals and scans), the [`Identity`] of a process, and [`off_runtime`] for the slow scans.
+//! (signals and scans), the [`Identity`] of a process (defined with the spawns,
+//! `crate::spawn::identity`), and [`off_runtime`] for the slow scans.
 //!
 //! `tree` implements it for Unix (process groups, `/proc`), `tree_windows` for Windows (a Job
 //! Object per process); both re-export these, so the actor and its stops are the same code.
 
-use super::tree::Signal;
+pub use crate::spawn::identity::Identity;
 
-/// A process identified by pid and start time, immune to pid reuse.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Identity {
-    /// Process id.
-    pub pid: i32,
-    /// Start time (0 where unknown), in the platform's unit: clock ticks after boot on Linux,
-    /// microseconds since the epoch on macOS. Only compared with readings on the same machine.
-    pub start_time: u64,
-}
+use super::tree::Signal;
 
 /// The operations on a managed process's tree that the actor and its stops use, behind one
 /// seam: `tree::SystemTree` does them for real on Unix (`killpg`, `kill`, `/proc`), `tree::JobTree`

@@ -15,8 +15,7 @@ use std::sync::{Arc, Mutex, Weak};
 use super::job::Job;
 pub use super::tree_ops::{Identity, ProcessTree, off_runtime};
 
-/// The environment variable carrying a process's YieldShell id (DESIGN §4).
-pub const MARKER_VAR: &str = "YIELDSHELL_PROCESS_ID";
+pub use crate::spawn::MARKER_VAR;
 
 /// The Unix signal names clients send to `stop`, so requests and answers read the same on every
 /// platform. Windows delivers none of them: see the module doc for what each does.

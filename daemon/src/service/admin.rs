@@ -6,7 +6,7 @@ use yieldshell_proto::session_config::path_bytes;
 use yieldshell_proto::{PROTOCOL_VERSION, VERSION};
 
 use super::ControlService;
-use crate::process::unix_ms;
+use crate::status::unix_ms;
 
 /// The version this daemon reports (`Hello`, `Status`). A debug build appends
 /// `YIELDSHELL_TEST_VERSION_SUFFIX`, so a test can run a second daemon that reports another

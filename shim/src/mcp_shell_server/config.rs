@@ -18,11 +18,25 @@
 //! pattern), this profile fails at startup naming the variable, as every profile does.
 
 use std::ffi::OsString;
+use std::path::Path;
 
 use regex::Regex;
 use yieldshell_proto::session_config::{ConfigError, ENV_MAX_BUFFER_BYTES, SessionConfig};
 
 use crate::context::{env_var, env_var_set};
+use crate::mcp_background_job::command_line::find_program;
+
+/// Extra yield beyond a timeout: the daemon's SIGTERM→SIGKILL grace and the output drain.
+pub const SLACK_MS: u64 = 30_000;
+/// The full path a program name resolves to in `path` (configure time: names only).
+pub fn resolve(program: &str, path: &str) -> Option<String> {
+    if program.contains('/') {
+        return None;
+    }
+    find_program(program, Some(path), Path::new("/"))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned())
+}
 
 /// Allowed program names.
 pub const ENV_ALLOW_COMMANDS: &str = "ALLOW_COMMANDS";
@@ -158,7 +172,7 @@ pub fn apply(config: &mut SessionConfig) -> Result<ShellServerSettings, ConfigEr
     p.allow_commands = if patterns.is_empty() {
         let mut names = allowed.clone();
         for program in &allowed {
-            if let Some(full) = super::run::resolve(program, &path) {
+            if let Some(full) = resolve(program, &path) {
                 names.push(full);
             }
         }
@@ -172,7 +186,7 @@ pub fn apply(config: &mut SessionConfig) -> Result<ShellServerSettings, ConfigEr
         p.max_buffer_bytes = Some(2 * (output_limit + 1));
     }
     // A call blocks until its command ends; the yield must outlast the longest timeout.
-    p.max_yield_ms = Some(max_timeout_secs.saturating_mul(1000) + super::run::SLACK_MS);
+    p.max_yield_ms = Some(max_timeout_secs.saturating_mul(1000) + SLACK_MS);
     Ok(ShellServerSettings {
         allowed,
         patterns,
@@ -186,9 +200,14 @@ pub fn apply(config: &mut SessionConfig) -> Result<ShellServerSettings, ConfigEr
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use super::*;
+
+    #[test]
+    fn program_names_resolve_on_the_path_and_paths_do_not() {
+        assert!(resolve("sh", "/usr/bin:/bin").is_some());
+        assert_eq!(resolve("nosuchprog", "/usr/bin:/bin"), None);
+        assert_eq!(resolve("/bin/sh", "/usr/bin:/bin"), None);
+    }
 
     fn config(pairs: &[(&str, &str)]) -> Result<(SessionConfig, ShellServerSettings), ConfigError> {
         let env = pairs

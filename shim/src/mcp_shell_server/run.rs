@@ -14,14 +14,12 @@ use std::path::{Path, PathBuf};
 
 use yieldshell_proto::pb;
 
-use super::config::ShellServerSettings;
+use super::config::{SLACK_MS, ShellServerSettings};
 use crate::context::{Context, describe};
 use crate::jobs::tools::in_profile_terms;
 use crate::mcp_background_job::command_line::{SHELL_BUILTINS, find_program};
 use crate::shell::argv::quote;
 
-/// Extra yield beyond a timeout: the daemon's SIGTERM→SIGKILL grace and the output drain.
-pub const SLACK_MS: u64 = 30_000;
 /// How long one wait lasts before the output counts are looked at again, so a program that
 /// floods its output is ended soon after it passes the limit.
 const SLICE_MS: u64 = 250;
@@ -50,16 +48,6 @@ pub struct Ran {
     pub stderr: Vec<u8>,
     /// How it ended.
     pub ended: Ended,
-}
-
-/// The full path a program name resolves to in `path` (configure time: names only).
-pub fn resolve(program: &str, path: &str) -> Option<String> {
-    if program.contains('/') {
-        return None;
-    }
-    find_program(program, Some(path), Path::new("/"))
-        .ok()
-        .map(|p| p.to_string_lossy().into_owned())
 }
 
 /// Python's `OSError` text for an I/O error on `path`: `[Errno 21] Is a directory: '/x'`.
@@ -233,7 +221,5 @@ mod tests {
         );
         assert_eq!(signal_number(Some("SIGKILL")), -9);
         assert_eq!(signal_number(None), -1);
-        assert!(resolve("sh", "/usr/bin:/bin").is_some());
-        assert_eq!(resolve("nosuchprog", "/usr/bin:/bin"), None);
     }
 }

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Actor, ActorContext, ActorTiming, Io, Readers, managed};
 use crate::limits::RunningCounts;
 use crate::output::OutputLog;
-use crate::process::reaper::{ExitHow, Reaper};
+use crate::spawn::reaper::{ExitHow, Reaper};
 use crate::process::stop::STOP_POLL;
 use crate::process::tree::Identity;
 use crate::process::tree::fake::{Call, FakeProc, FakeTree};

@@ -12,7 +12,7 @@ use nix::sys::signal::Signal;
 use tokio::sync::oneshot;
 
 use super::{Identity, ProcessTree};
-use crate::process::reaper::ExitHow;
+use crate::spawn::reaper::ExitHow;
 
 /// One process of the fake tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

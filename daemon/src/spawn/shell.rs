@@ -1,16 +1,15 @@
-//! Building and starting a managed command (DESIGN §4 "Spawn") and its holder (DESIGN §10).
+//! Starting a shell (`/bin/sh -c COMMAND`): in a new session (own process group, no
+//! controlling terminal), in the resolved cwd, with exactly the given environment plus the
+//! `YIELDSHELL_PROCESS_ID` marker. stdin/stdout/stderr are pipes (or a terminal's slave, see
+//! [`super::pty`]); no other descriptor survives `exec` (everything is opened close-on-exec);
+//! the signal mask is empty and every disposition is the default.
 //!
-//! The daemon starts a holder ([`spawn_holder`]: this binary as `yieldshelld hold`, in a new
-//! session), and the holder starts the command ([`spawn_shell`]): `/bin/sh -c COMMAND` in a new
-//! session (own process group, no controlling terminal), in the resolved cwd, with exactly the
-//! session's environment plus the overlay and the `YIELDSHELL_PROCESS_ID` marker.
-//! stdin/stdout/stderr are pipes; no other descriptor survives `exec` (everything is opened
-//! close-on-exec); the signal mask is empty and every disposition is the default.
-//!
-//! On Linux both are started with `posix_spawn` (glibc: `clone(CLONE_VM | CLONE_VFORK)`), with
+//! On Linux this is `posix_spawn` (glibc: `clone(CLONE_VM | CLONE_VFORK)`), with
 //! `POSIX_SPAWN_SETSID`, an empty mask and every signal reset to its default. Unlike `fork`, this
-//! copies no page tables and leaves the daemon's other threads no copy-on-write faults to take,
-//! which is a good part of `exec`'s latency. Elsewhere it falls back to `fork` + `pre_exec`.
+//! copies no page tables and leaves the caller's other threads no copy-on-write faults to take,
+//! which is a good part of `exec`'s latency. Elsewhere it falls back to `fork` + `pre_exec`. The
+//! holder is the caller (`crate::holder`), and it starts itself the same way
+//! (`crate::holder::start`).
 
 #[cfg(target_os = "linux")]
 use std::ffi::CString;
@@ -19,8 +18,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
-use super::reaper::Reaper;
-use super::tree::MARKER_VAR;
+use super::MARKER_VAR;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -108,7 +106,7 @@ pub struct Shell {
 }
 
 #[cfg(target_os = "linux")]
-fn cstring(b: Vec<u8>, what: &str) -> io::Result<CString> {
+pub(crate) fn cstring(b: Vec<u8>, what: &str) -> io::Result<CString> {
     CString::new(b).map_err(|_| {
         io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -119,7 +117,7 @@ fn cstring(b: Vec<u8>, what: &str) -> io::Result<CString> {
 
 /// `sh -c COMMAND`'s argv, envp (with the process marker) and working directory.
 #[cfg(target_os = "linux")]
-pub(crate) fn shell_strings(spec: &SpawnSpec) -> io::Result<([CString; 4], Vec<CString>, CString)> {
+pub fn shell_strings(spec: &SpawnSpec) -> io::Result<([CString; 4], Vec<CString>, CString)> {
     use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
     let argv = [
@@ -212,88 +210,12 @@ pub fn spawn_shell(spec: &SpawnSpec) -> io::Result<Shell> {
     })
 }
 
-/// Starts a holder (`yieldshelld hold`, this very binary) in a new session, with `sock` as its
-/// descriptor 3 and no environment, through the reaper (a holder is the daemon's child until
-/// the daemon exits). Returns its pid.
-#[cfg(target_os = "linux")]
-pub fn spawn_holder(reaper: &Reaper, sock: &impl std::os::fd::AsRawFd) -> io::Result<i32> {
-    spawn_holder_binary(reaper, sock, crate::holder::HOLD_ARG)
-}
-
-/// Starts the holder zygote (`crate::holder::zygote`): the holder binary in its zygote mode,
-/// started like a holder. Returns its pid.
-#[cfg(target_os = "linux")]
-pub fn spawn_zygote(reaper: &Reaper, sock: &impl std::os::fd::AsRawFd) -> io::Result<i32> {
-    spawn_holder_binary(reaper, sock, crate::holder::zygote::ZYGOTE_ARG)
-}
-
-#[cfg(target_os = "linux")]
-fn spawn_holder_binary(
-    reaper: &Reaper,
-    sock: &impl std::os::fd::AsRawFd,
-    mode: &str,
-) -> io::Result<i32> {
-    // The small holder binary when it was installed beside the daemon, else this binary in its
-    // holder mode. Either way through a descriptor or /proc/self/exe, which stay the files this
-    // daemon started with even after an upgrade replaced them on disk: a daemon's holders are
-    // always its own version.
-    let (program, name) = match holder_program() {
-        Some(fd) => (format!("/proc/self/fd/{fd}"), HOLDER_BINARY),
-        None => ("/proc/self/exe".to_string(), "yieldshelld"),
-    };
-    let program = cstring(program.into_bytes(), "program")?;
-    let argv = [
-        cstring(name.as_bytes().to_vec(), "program name")?,
-        cstring(mode.as_bytes().to_vec(), "argument")?,
-    ];
-    let (pid, _exit) = reaper.spawn_with(|| {
-        let pid = posix_spawn_session(
-            &program,
-            &argv,
-            &[],
-            None,
-            &[(sock.as_raw_fd(), crate::holder::HOLDER_FD)],
-            None,
-        )?;
-        Ok((pid, pid))
-    })?;
-    // The holder's end is detected through its socket, not its exit status: a new daemon is
-    // not its parent and has only the socket.
-    Ok(pid)
-}
-
-/// The holder's own binary, installed beside `yieldshelld` (`cargo install` installs both): it
-/// links only what a holder runs, so its relocated data — the one part of a binary every
-/// process has its own copy of — is a tenth of the daemon's (DESIGN §10: at most 512 KiB PSS
-/// per held process).
-pub const HOLDER_BINARY: &str = "yieldshell-holder";
-
-/// A close-on-exec descriptor of [`HOLDER_BINARY`] beside the running daemon, opened once (the
-/// daemon calls this at startup); `None` when it is not there.
-#[cfg(target_os = "linux")]
-pub fn holder_program() -> Option<i32> {
-    use std::os::fd::{AsRawFd, OwnedFd};
-    static PROGRAM: std::sync::OnceLock<Option<OwnedFd>> = std::sync::OnceLock::new();
-    PROGRAM
-        .get_or_init(|| {
-            let exe = std::fs::read_link("/proc/self/exe").ok()?;
-            let path = exe.parent()?.join(HOLDER_BINARY);
-            // std opens close-on-exec: the descriptor reaches no process, only the path
-            // /proc/self/fd/N that a spawn resolves before its exec closes it.
-            let file = std::fs::File::open(&path).ok()?;
-            tracing::info!(holder = %path.display(), "holders run the holder binary");
-            Some(OwnedFd::from(file))
-        })
-        .as_ref()
-        .map(AsRawFd::as_raw_fd)
-}
-
 /// `posix_spawn` of `program` in a new session, with an empty signal mask, every signal at its
 /// default, `terminal` (when given) opened read-write as fd 0 after the `setsid` (so it becomes
 /// the controlling terminal), then `dups` (`from → to`) applied and, when given, `cwd` as
 /// working directory.
 #[cfg(target_os = "linux")]
-fn posix_spawn_session(
+pub(crate) fn posix_spawn_session(
     program: &CString,
     argv: &[CString],
     envp: &[CString],
@@ -538,28 +460,6 @@ pub fn spawn_shell(spec: &SpawnSpec) -> io::Result<Shell> {
     })
 }
 
-/// Starts a holder (`yieldshelld hold`, this very binary) in a new session with `sock` as its
-/// descriptor 3, through the reaper. Returns its pid.
-#[cfg(not(target_os = "linux"))]
-pub fn spawn_holder(reaper: &Reaper, sock: &impl std::os::fd::AsRawFd) -> io::Result<i32> {
-    use std::os::unix::process::CommandExt;
-    let mut cmd = std::process::Command::new(std::env::current_exe()?);
-    cmd.arg(crate::holder::HOLD_ARG).env_clear();
-    let fd = sock.as_raw_fd();
-    // SAFETY: dup2 and setsid are async-signal-safe.
-    unsafe {
-        cmd.pre_exec(move || {
-            nix::unistd::setsid()?;
-            if libc::dup2(fd, crate::holder::HOLDER_FD) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let (child, _exit) = reaper.spawn(&mut cmd)?;
-    Ok(child.id() as i32)
-}
-
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
@@ -584,7 +484,7 @@ mod tests {
     #[test]
     fn without_the_chdir_action_the_shell_still_starts_in_its_directory() {
         crate::test_child::in_own_process(
-            "process::spawn::tests::without_the_chdir_action_the_shell_still_starts_in_its_directory",
+            "spawn::shell::tests::without_the_chdir_action_the_shell_still_starts_in_its_directory",
             CHILD_VAR,
             "fallback ok",
             fallback,

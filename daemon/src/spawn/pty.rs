@@ -3,25 +3,47 @@
 //!
 //! # Who holds what
 //! The holder opens the PTY ([`open`]) and starts the shell on its slave
-//! (`spawn::spawn_shell_on_terminal`), never keeping the slave open itself: once the last process
+//! ([`super::spawn_shell_on_terminal`]), never keeping the slave open itself: once the last process
 //! of the terminal closes it, reads of the master fail with `EIO`, which is the normal end of a
 //! terminal's output (the pipe mode's EOF). The holder owns the master for the whole life of
 //! the process: it reads it as the one output stream (`stdout`, through the same redaction and
 //! spool as pipes), and it hands a duplicate to each daemon that connects, in place of the
-//! stdin pipe's write end ([`Hello`](super::Hello) says which it is). The daemon writes input
+//! stdin pipe's write end (the holder's `Hello` says which it is). The daemon writes input
 //! to that duplicate and does every query and control itself, straight on the master, with no
 //! holder frame: the window size ([`set_size`], which makes the kernel send SIGWINCH to the
 //! foreground process group), the termios echo bit and EOF character ([`modes`]), and the
 //! foreground process group. On Linux each of these on the master answers for the terminal as
 //! a whole. A re-adopting daemon gets the same duplicate, so nothing is lost across a restart.
 
+#[cfg(unix)]
 use std::io;
+#[cfg(unix)]
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+#[cfg(unix)]
 use std::path::PathBuf;
 
-pub use crate::process::terminal::{Modes, TermSize};
+/// A terminal's size in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TermSize {
+    /// Columns.
+    pub cols: u16,
+    /// Rows.
+    pub rows: u16,
+}
+
+/// What the terminal's line discipline is set to, as far as answers need it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Modes {
+    /// `ECHO` is off (a password prompt, or a program in raw mode that draws its own echo).
+    pub echo_off: bool,
+    /// `ICANON` is on: input is edited and delivered a line at a time.
+    pub canonical: bool,
+    /// The EOF character (`VEOF`, Ctrl-D unless changed).
+    pub eof_char: u8,
+}
 
 /// A PTY just opened: its master, and the path of its slave (not opened here).
+#[cfg(unix)]
 #[derive(Debug)]
 pub struct Pty {
     /// The master side (close-on-exec).
@@ -45,7 +67,7 @@ pub fn open(size: TermSize) -> io::Result<Pty> {
 }
 
 /// Terminal mode is Linux-only.
-#[cfg(not(target_os = "linux"))]
+#[cfg(all(unix, not(target_os = "linux")))]
 pub fn open(_size: TermSize) -> io::Result<Pty> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
@@ -56,13 +78,14 @@ pub fn open(_size: TermSize) -> io::Result<Pty> {
 /// Starts the shell of `spec` on a new terminal of `size` (see the module doc): the master as
 /// its `stdout`, duplicates of it as `stdin` (handed to the daemon) and `stderr` (which the
 /// holder drops: a terminal is one stream).
+#[cfg(unix)]
 pub fn start(
-    spec: &crate::process::spawn::SpawnSpec,
+    spec: &super::SpawnSpec,
     size: TermSize,
-) -> io::Result<crate::process::spawn::Shell> {
+) -> io::Result<super::Shell> {
     let pty = open(size)?;
-    let pid = crate::process::spawn::spawn_shell_on_terminal(spec, &pty.slave)?;
-    Ok(crate::process::spawn::Shell {
+    let pid = super::spawn_shell_on_terminal(spec, &pty.slave)?;
+    Ok(super::Shell {
         pid,
         stdin: pty.master.try_clone()?,
         stderr: pty.master.try_clone()?,
@@ -72,6 +95,7 @@ pub fn start(
 
 /// Sets the window size; the kernel sends SIGWINCH to the foreground process group when it
 /// changes.
+#[cfg(unix)]
 pub fn set_size(master: &impl AsFd, size: TermSize) -> io::Result<()> {
     let ws = libc::winsize {
         ws_row: size.rows,
@@ -88,6 +112,7 @@ pub fn set_size(master: &impl AsFd, size: TermSize) -> io::Result<()> {
 }
 
 /// The window size.
+#[cfg(unix)]
 pub fn size(master: &impl AsFd) -> io::Result<TermSize> {
     let mut ws = libc::winsize {
         ws_row: 0,
@@ -108,6 +133,7 @@ pub fn size(master: &impl AsFd) -> io::Result<TermSize> {
 
 /// The terminal's modes, read through the master (on Linux `tcgetattr` on the master answers
 /// with the slave's termios).
+#[cfg(unix)]
 pub fn modes(master: &impl AsFd) -> io::Result<Modes> {
     use nix::sys::termios::{LocalFlags, SpecialCharacterIndices, tcgetattr};
     let t = tcgetattr(master.as_fd())?;
@@ -121,6 +147,7 @@ pub fn modes(master: &impl AsFd) -> io::Result<Modes> {
 }
 
 /// The terminal's foreground process group, through the master.
+#[cfg(unix)]
 pub fn foreground_group(master: &impl AsFd) -> Option<i32> {
     let mut pgrp: libc::pid_t = 0;
     // SAFETY: TIOCGPGRP writes one pid_t to a valid pointer; the fd is open (borrowed).
