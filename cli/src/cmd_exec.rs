@@ -27,9 +27,18 @@ pub struct ExecArgs {
     /// A name to find the process by in `ps`.
     #[arg(long)]
     name: Option<String>,
-    /// Declared side effects, comma-separated (see the README for the list).
+    /// Declared side effects, comma-separated (see the README for the list). Under a sandbox
+    /// they decide what the command may do.
     #[arg(long, value_name = "LIST", default_value = "UNKNOWN")]
     side_effects: String,
+    /// Run sandboxed: off, declared (what --side-effects grant), workspace-write or read-only
+    /// [default: YIELDSHELL_SANDBOX, else off].
+    #[arg(long, value_name = "MODE", value_parser = parse_sandbox_mode)]
+    sandbox: Option<String>,
+    /// The sandbox's network: declared, off, on or allow:HOST,*.HOST2,… [default:
+    /// YIELDSHELL_SANDBOX_NETWORK, else declared].
+    #[arg(long, value_name = "SETTING", value_parser = parse_network_setting)]
+    network: Option<String>,
     /// Text written to the command's stdin right after it starts (any bytes).
     #[arg(long, value_parser = clap::value_parser!(OsString))]
     stdin: Option<OsString>,
@@ -62,6 +71,14 @@ pub struct ExecArgs {
     /// `--` before it is optional, and needed only for a command that starts with `-`.
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     command: Vec<OsString>,
+}
+
+fn parse_sandbox_mode(v: &str) -> Result<String, String> {
+    yieldshell_proto::sandbox_settings::SandboxMode::parse(v).map(|m| m.as_str().to_string())
+}
+
+fn parse_network_setting(v: &str) -> Result<String, String> {
+    yieldshell_proto::sandbox_settings::NetworkSetting::parse(v).map(|n| n.to_text())
 }
 
 /// Splits `NAME=VALUE` at the first `=`, as bytes.
@@ -101,7 +118,15 @@ pub async fn run(ctx: &Ctx, a: ExecArgs) -> anyhow::Result<u8> {
     } else {
         None
     };
-    let session = ctx.session()?;
+    let (sandbox, network) = (a.sandbox, a.network);
+    let session = ctx.session_with(|config| {
+        if sandbox.is_some() {
+            config.policy.sandbox = sandbox;
+        }
+        if network.is_some() {
+            config.policy.sandbox_network = network;
+        }
+    })?;
     let req = pb::ExecRequest {
         command,
         side_effects,

@@ -100,7 +100,14 @@ pub struct Ctx {
 impl Ctx {
     /// A session carrying this shell's environment, cwd and policy variables.
     pub fn session(&self) -> anyhow::Result<Session> {
+        self.session_with(|_| {})
+    }
+
+    /// [`Ctx::session`], with its configuration adjusted by `adjust` first (an `exec`'s
+    /// `--sandbox` and `--network`).
+    pub fn session_with(&self, adjust: impl FnOnce(&mut SessionConfig)) -> anyhow::Result<Session> {
         let mut config = SessionConfig::from_process_env()?;
+        adjust(&mut config);
         // A terminal reads whole logs page by page; bigger pages than an agent's 20 kB context
         // budget make that fast. An explicit YIELDSHELL_MAX_OUTPUT_BYTES still wins.
         if std::env::var_os(yieldshell_proto::session_config::ENV_MAX_OUTPUT_BYTES).is_none() {

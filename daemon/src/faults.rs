@@ -14,6 +14,14 @@
 //! idle holders in spare directories fail, as a full disk or a holder killed in its prepare
 //! window would ([`spare_prepare_should_fail`]).
 //!
+//! And `sandbox_namespaces:refused` makes the sandbox act as if the kernel refused user
+//! namespaces (as Ubuntu's AppArmor restriction does): Landlock and seccomp still enforce for
+//! real, only the namespaces are not used ([`namespaces_refused`]).
+//!
+//! `holder_protocol:<n>` makes the daemon read every holder's `Hello` as protocol `n` (a
+//! holder of a newer release, after a downgrade), to test that such a holder is refused by name
+//! and left running ([`holder_protocol_seen`]).
+//!
 //! Clients cannot set it: the daemon reads only its own environment, once.
 
 use std::sync::OnceLock;
@@ -76,4 +84,22 @@ pub async fn delay_spawn(command: &[u8]) {
     if injected("spawn_delay", command) {
         tokio::time::sleep(SPAWN_DELAY).await;
     }
+}
+
+/// Whether the sandbox must act as if this kernel refused unprivileged user namespaces
+/// (`sandbox_namespaces:refused`).
+pub fn namespaces_refused() -> bool {
+    faults()
+        .iter()
+        .any(|(k, m)| k == "sandbox_namespaces" && m == b"refused")
+}
+
+/// The holder protocol the daemon takes a `Hello` of `protocol` to be: `protocol`, or `n` under
+/// `holder_protocol:<n>`.
+pub fn holder_protocol_seen(protocol: u32) -> u32 {
+    faults()
+        .iter()
+        .find(|(k, _)| k == "holder_protocol")
+        .and_then(|(_, m)| std::str::from_utf8(m).ok()?.parse().ok())
+        .unwrap_or(protocol)
 }

@@ -8,7 +8,8 @@
 //! - [`spawn`]: the lower room both build on: the shell's spawn, terminals, a process's
 //!   identity, the reaper (`process → holder → spawn`, never back);
 //! - [`output`]: the per-process output log (ring + spool);
-//! - [`policy`]: per-session rules and secret redaction;
+//! - [`policy`]: per-session rules and secret redaction; [`sandbox`]: the enforced sandbox (the
+//!   grant a declaration gives, the plan the command's process applies, the allowlist proxy);
 //! - [`service`]: the gRPC handlers; [`listener`]: socket, activation, peer check (on Windows:
 //!   the named pipe and its DACL, `listener_windows.rs`);
 //! - [`state`]: the [`Daemon`] state every handler and task shares, and retention;
@@ -40,6 +41,7 @@ pub mod policy;
 pub mod process;
 pub mod record;
 pub mod recovery;
+pub mod sandbox;
 pub mod registry;
 pub mod service;
 pub mod session;
@@ -145,6 +147,8 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<Ended
         spawn_lock: Mutex::new(()),
         starts_in_flight: std::sync::atomic::AtomicUsize::new(0),
         actors: Mutex::new(Vec::new()),
+        #[cfg(unix)]
+        sandbox_kernel: tokio::sync::OnceCell::new(),
     });
     #[cfg(target_os = "linux")]
     holder::start::holder_program();

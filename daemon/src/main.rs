@@ -88,6 +88,13 @@ fn main() -> std::process::ExitCode {
     {
         return yieldshelld::holder::zygote::main();
     }
+    // The sandbox's probe of what the kernel allows (`yieldshelld sandbox-probe`, likewise).
+    #[cfg(target_os = "linux")]
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(yieldshelld::sandbox::probe::PROBE_ARG))
+    {
+        return yieldshelld::sandbox::probe::main();
+    }
     let args = Args::parse();
     match real_main(args) {
         Ok(yieldshelld::Ended::Stopped) => std::process::ExitCode::SUCCESS,

@@ -102,6 +102,33 @@ pub struct ProcessRecord {
     /// (false) in records of pipe processes and of earlier versions.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tty: bool,
+    /// What the command may do, when it runs sandboxed (absent: unsandboxed, and in records of
+    /// earlier versions). A re-adopting daemon serves its allowlist proxy from this, and a
+    /// sandboxed client of it gets no more than this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<RecordSandbox>,
+}
+
+/// A sandboxed process's grant as a record keeps it (`crate::sandbox::Grant`), with what the
+/// machine could not enforce.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordSandbox {
+    /// `read-only`, `workspace` or `anywhere`.
+    pub files: String,
+    /// With `workspace`: its roots.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roots: Vec<RecordBytes>,
+    /// With `workspace`: `.git` is writable too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub git: bool,
+    /// `off`, `on` or `allowlist`.
+    pub network: String,
+    /// With `allowlist`: each list a host must be on (`example.com`, `*.example.com`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowlists: Vec<Vec<String>>,
+    /// What the machine could not enforce, one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<String>,
 }
 
 /// A queued job for the writer thread.
@@ -315,6 +342,24 @@ impl RecordStore {
         let _ = self.writer.send(Job::Remove(process_id.to_string()));
     }
 
+    /// Empties the directory of a process whose start is tried again (its first holder let go of
+    /// it without running the command), keeping its record: what that holder made there (its
+    /// socket, exit file, spool) must not be taken for the new one's.
+    pub fn clear_for_another_start(&self, process_id: &str) -> io::Result<()> {
+        for entry in std::fs::read_dir(self.dir(process_id))? {
+            let entry = entry?;
+            if entry.file_name().to_string_lossy().starts_with(RECORD_FILE) {
+                continue;
+            }
+            if entry.file_type()?.is_dir() {
+                std::fs::remove_dir_all(entry.path())?;
+            } else {
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+        Ok(())
+    }
+
     /// Waits until every queued write is on disk (shutdown; tests).
     pub fn flush(&self) {
         let (done, wait) = std::sync::mpsc::channel();
@@ -423,6 +468,7 @@ mod tests {
             ended_by: None,
             lost_reason: None,
             tty: false,
+            sandbox: None,
         }
     }
 

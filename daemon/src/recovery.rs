@@ -141,6 +141,7 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
             .and_then(|m| m.modified())
             .unwrap_or_else(|_| SystemTime::now());
         let record = ProcessRecord {
+            sandbox: None,
             format: crate::record::RECORD_FORMAT,
             process_id: id.clone(),
             session_id: String::new(),

@@ -56,9 +56,37 @@ pub struct Daemon {
     pub starts_in_flight: std::sync::atomic::AtomicUsize,
     /// Actor watchdogs, awaited at shutdown.
     pub(crate) actors: Mutex<Vec<JoinHandle<()>>>,
+    /// What the kernel lets the sandbox use, found on the first sandboxed `exec`.
+    #[cfg(unix)]
+    pub(crate) sandbox_kernel: tokio::sync::OnceCell<crate::sandbox::plan::Kernel>,
 }
 
 impl Daemon {
+    /// What the kernel lets the sandbox use (`crate::sandbox::probe`): probed once, on the first
+    /// sandboxed `exec`, off the runtime's workers; Seatbelt on macOS.
+    #[cfg(unix)]
+    pub async fn sandbox_kernel(&self) -> crate::sandbox::plan::Kernel {
+        *self
+            .sandbox_kernel
+            .get_or_init(|| async {
+                #[cfg(target_os = "linux")]
+                {
+                    let reaper = self.reaper.clone();
+                    tokio::task::spawn_blocking(move || {
+                        crate::holder::start::sandbox_kernel(&reaper)
+                    })
+                    .await
+                    .unwrap_or_default()
+                }
+                #[cfg(not(target_os = "linux"))]
+                crate::sandbox::plan::Kernel {
+                    seatbelt: cfg!(target_os = "macos"),
+                    ..Default::default()
+                }
+            })
+            .await
+    }
+
     /// Keeps an actor's handle so shutdown can wait for it, behind a watchdog: an actor that
     /// panics (a bug) must not leave its process unsupervised (STYLE §7.2 rule 7), so the
     /// watchdog kills the tree and marks the process `lost` (`supervisor_panic`).

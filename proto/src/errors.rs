@@ -46,11 +46,17 @@ pub enum ErrorKind {
     DaemonUnavailable,
     /// A bug or an unexpected operating-system error.
     Internal,
+    /// The sandbox the command was granted cannot be enforced on this machine (no Landlock,
+    /// Windows): it did not run.
+    SandboxUnavailable,
+    /// A sandboxed client asked for more than its own sandbox allows (to write to, stop or
+    /// clean up a process with a wider sandbox, or to stop the daemon).
+    SandboxDenied,
 }
 
 impl ErrorKind {
     /// Every kind, for round-trip tests and documentation.
-    pub const ALL: [ErrorKind; 16] = [
+    pub const ALL: [ErrorKind; 18] = [
         ErrorKind::UnknownProcess,
         ErrorKind::UnknownSession,
         ErrorKind::ProcessExited,
@@ -67,6 +73,8 @@ impl ErrorKind {
         ErrorKind::ShuttingDown,
         ErrorKind::DaemonUnavailable,
         ErrorKind::Internal,
+        ErrorKind::SandboxUnavailable,
+        ErrorKind::SandboxDenied,
     ];
 
     /// Stable snake_case name used on the wire and in JSON error bodies.
@@ -88,6 +96,8 @@ impl ErrorKind {
             ErrorKind::ShuttingDown => "shutting_down",
             ErrorKind::DaemonUnavailable => "daemon_unavailable",
             ErrorKind::Internal => "internal",
+            ErrorKind::SandboxUnavailable => "sandbox_unavailable",
+            ErrorKind::SandboxDenied => "sandbox_denied",
         }
     }
 
@@ -127,11 +137,12 @@ impl ErrorKind {
             | ErrorKind::ProcessExited
             | ErrorKind::StdinClosed
             | ErrorKind::StdinBusy
-            | ErrorKind::ProtocolMismatch => Code::FailedPrecondition,
+            | ErrorKind::ProtocolMismatch
+            | ErrorKind::SandboxUnavailable => Code::FailedPrecondition,
             ErrorKind::SideEffectBlocked | ErrorKind::CommandDenied | ErrorKind::CwdDenied => {
                 Code::PermissionDenied
             }
-            ErrorKind::PermissionDenied => Code::PermissionDenied,
+            ErrorKind::PermissionDenied | ErrorKind::SandboxDenied => Code::PermissionDenied,
             ErrorKind::LimitReached => Code::ResourceExhausted,
             ErrorKind::InvalidArgument => Code::InvalidArgument,
             ErrorKind::SpawnFailed | ErrorKind::Internal => Code::Internal,

@@ -7,6 +7,8 @@
 //! - [`ids`]: the accepted forms of process ids (client-chosen ids are lowercase UUIDs).
 //! - [`errors`]: the `ys-error-kind` metadata that names each domain error, so clients branch on
 //!   kinds instead of parsing messages.
+//! - [`sandbox_settings`]: `YIELDSHELL_SANDBOX` and `YIELDSHELL_SANDBOX_NETWORK`, parsed once for
+//!   clients and the daemon.
 //! - [`session_config`]: a client session's environment, default cwd and policy, read from the
 //!   `YIELDSHELL_*` variables and validated before anything is sent.
 //! - [`client`]: connect, version handshake, race-safe daemon auto-start, and a [`client::Session`]
@@ -26,6 +28,7 @@ pub mod errors;
 pub mod ids;
 pub mod instance_lock;
 pub mod paths;
+pub mod sandbox_settings;
 pub mod session_config;
 pub mod status_names;
 #[cfg(feature = "views")]

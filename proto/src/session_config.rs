@@ -200,6 +200,32 @@ impl SessionConfig {
             Some(_) => regex_var(ENV_REDACT_ENV_REGEX)?,
         };
 
+        let sandbox = match lookup(crate::sandbox_settings::ENV_SANDBOX) {
+            None => None,
+            Some(v) => Some(
+                crate::sandbox_settings::SandboxMode::parse(&v)
+                    .map_err(|reason| ConfigError {
+                        variable: crate::sandbox_settings::ENV_SANDBOX,
+                        value: v.clone(),
+                        reason,
+                    })?
+                    .as_str()
+                    .to_string(),
+            ),
+        };
+        let sandbox_network = match lookup(crate::sandbox_settings::ENV_SANDBOX_NETWORK) {
+            None => None,
+            Some(v) => Some(
+                crate::sandbox_settings::NetworkSetting::parse(&v)
+                    .map_err(|reason| ConfigError {
+                        variable: crate::sandbox_settings::ENV_SANDBOX_NETWORK,
+                        value: v.clone(),
+                        reason,
+                    })?
+                    .to_text(),
+            ),
+        };
+
         let policy = pb::SessionPolicy {
             blocked_side_effects: Some(pb::SideEffectList { names: blocked }),
             deny_command_regex: regex_var(ENV_DENY_COMMAND_REGEX)?,
@@ -216,6 +242,8 @@ impl SessionConfig {
             default_timeout_ms: Some(u64_var(ENV_DEFAULT_TIMEOUT_MS, DEFAULT_TIMEOUT_MS)?),
             // An empty value turns redaction off; unset keeps the default.
             redact_env_regex: Some(redact.unwrap_or_default()),
+            sandbox,
+            sandbox_network,
         };
         Ok(SessionConfig {
             env,
@@ -372,6 +400,30 @@ mod tests {
         let err = SessionConfig::from_vars(vars(&[(ENV_MAX_PROCESSES, "many")]), Path::new("/"))
             .expect_err("accepted");
         assert!(err.to_string().contains(ENV_MAX_PROCESSES));
+    }
+
+    #[test]
+    fn sandbox_settings_are_checked_and_sent_normalised() {
+        let c = SessionConfig::from_vars(
+            vars(&[
+                (crate::sandbox_settings::ENV_SANDBOX, "Workspace-Write"),
+                (
+                    crate::sandbox_settings::ENV_SANDBOX_NETWORK,
+                    "allow:PyPI.org",
+                ),
+            ]),
+            Path::new("/"),
+        )
+        .expect("config");
+        assert_eq!(c.policy.sandbox.as_deref(), Some("workspace-write"));
+        assert_eq!(c.policy.sandbox_network.as_deref(), Some("allow:pypi.org"));
+        let err = SessionConfig::from_vars(
+            vars(&[(crate::sandbox_settings::ENV_SANDBOX, "jail")]),
+            Path::new("/"),
+        )
+        .expect_err("accepted");
+        assert!(err.to_string().contains("YIELDSHELL_SANDBOX"), "{err}");
+        assert!(err.to_string().contains("read-only"), "{err}");
     }
 
     #[test]

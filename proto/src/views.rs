@@ -82,6 +82,42 @@ pub fn exec_hint(
     }
 }
 
+/// What a sandboxed process may do (README, "Sandbox"), and what it was denied.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SandboxView {
+    /// Where it may write besides its private temp dir (`$TMPDIR`): `read-only`, `workspace`
+    /// or `anywhere`.
+    pub files: String,
+    /// `off`, `on` or `allowlist` (HTTP(S) to `hosts` only, through a proxy).
+    pub network: String,
+    /// With files `workspace`: true when its `.git` is writable too (absent: read-only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub git_writable: bool,
+    /// With network `allowlist`: the hosts it may reach.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
+    /// What this machine could not enforce (absent when everything is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<String>,
+    /// Once it failed: the denial its output shows and the declaration that would have allowed
+    /// it (absent when none shows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denied: Option<String>,
+}
+
+impl From<&pb::Sandbox> for SandboxView {
+    fn from(s: &pb::Sandbox) -> SandboxView {
+        SandboxView {
+            files: s.files.clone(),
+            network: s.network.clone(),
+            git_writable: s.git_writable,
+            hosts: s.hosts.clone(),
+            limits: (!s.limits.is_empty()).then(|| s.limits.clone()),
+            denied: (!s.denied.is_empty()).then(|| s.denied.clone()),
+        }
+    }
+}
+
 /// Response of the `exec` tool.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct ExecView {
@@ -139,6 +175,9 @@ pub struct ExecView {
     /// `[::]:8080`), sorted by port (absent when none, or where it cannot be told).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listening: Vec<String>,
+    /// What the kernel lets it do, when it runs sandboxed (absent: unsandboxed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxView>,
 }
 
 impl ExecView {
@@ -168,6 +207,7 @@ impl ExecView {
             tty: false,
             echo_off: false,
             listening: Vec::new(),
+            sandbox: None,
         }
     }
 }
@@ -207,6 +247,7 @@ impl ExecView {
             tty: p.tty,
             echo_off: p.echo_off == Some(true),
             listening: p.listening.clone(),
+            sandbox: p.sandbox.as_ref().map(SandboxView::from),
         }
     }
 }
@@ -570,6 +611,9 @@ pub struct ProcessSummary {
     /// `[::]:8080`), sorted by port (absent when none, or where it cannot be told).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listening: Vec<String>,
+    /// What the kernel lets it do, when it runs sandboxed (absent: unsandboxed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxView>,
 }
 
 impl From<&pb::ProcessInfo> for ProcessSummary {
@@ -596,6 +640,7 @@ impl From<&pb::ProcessInfo> for ProcessSummary {
             tty: p.tty,
             echo_off: p.echo_off == Some(true),
             listening: p.listening.clone(),
+            sandbox: p.sandbox.as_ref().map(SandboxView::from),
         }
     }
 }

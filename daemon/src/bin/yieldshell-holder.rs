@@ -2,7 +2,8 @@
 //! managed process. The same code as `yieldshelld hold` (`yieldshelld::holder::serve`), in a
 //! binary that links nothing else, so each held process costs little memory. As
 //! `yieldshell-holder zygote` it is the daemon's holder zygote (`yieldshelld::holder::zygote`),
-//! which forks the holders.
+//! which forks the holders; as `yieldshell-holder sandbox-probe`, the trial of what the kernel
+//! lets the sandbox use (`yieldshelld::sandbox::probe`).
 
 #[cfg(unix)]
 fn main() -> std::process::ExitCode {
@@ -13,6 +14,12 @@ fn main() -> std::process::ExitCode {
         ))
     {
         return yieldshelld::holder::zygote::main();
+    }
+    #[cfg(target_os = "linux")]
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(yieldshelld::sandbox::probe::PROBE_ARG))
+    {
+        return yieldshelld::sandbox::probe::main();
     }
     yieldshelld::holder::serve::main()
 }

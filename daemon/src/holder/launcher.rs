@@ -21,7 +21,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use super::{HoldSpec, Kind};
-use crate::spawn::{enlarge_pipe, set_default_disposition, shell_strings};
+use crate::spawn::{Shell, enlarge_pipe, set_default_disposition, shell_strings};
 use crate::spawn::identity::{self, Identity};
 
 /// The descriptor the launcher reads its spec from.
@@ -102,33 +102,13 @@ impl Launcher {
 
 /// The launcher itself: set up, wait for the spec, exec. Never returns.
 fn wait_and_run(stdio: [RawFd; 3], spec: RawFd, umask: libc::mode_t) -> ! {
-    // SAFETY: plain descriptor, session and signal calls on this process's own state.
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes, which this is.
     unsafe {
         libc::prctl(libc::PR_SET_NAME, c"yieldshell-lnch".as_ptr());
-        libc::setsid();
-        // The pipes are above descriptor 3 (0–2 are /dev/null in a holder, 3 its connection),
-        // so no dup2 below overwrites a descriptor a later one reads. dup2 clears close-on-exec.
-        for (to, from) in stdio.into_iter().enumerate() {
-            libc::dup2(from, to as RawFd);
-        }
-        libc::dup2(spec, SPEC_FD);
-        libc::fcntl(SPEC_FD, libc::F_SETFD, libc::FD_CLOEXEC);
-        libc::syscall(libc::SYS_close_range, (SPEC_FD + 1) as u32, u32::MAX, 0u32);
-        // Every disposition to its default (the holder ignores SIGPIPE; glibc's reserved
-        // real-time signals included, hence the raw syscall) and an empty mask (the holder
-        // blocks SIGCHLD): what posix_spawn's SETSIGDEF and SETSIGMASK give a spawned shell.
-        for sig in 1..=64 {
-            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                set_default_disposition(sig);
-            }
-        }
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        libc::umask(umask);
     }
-    let why = match read_spec().and_then(|spec| run(&spec)) {
-        Ok(never) => match never {},
+    become_shell_process(Stdio::Fds(stdio), spec, umask);
+    let why = match read_spec() {
+        Ok(spec) => exec_shell(&spec, SPEC_FD, None),
         Err(e) => e,
     };
     if why.kind() == io::ErrorKind::UnexpectedEof {
@@ -143,19 +123,79 @@ fn wait_and_run(stdio: [RawFd; 3], spec: RawFd, umask: libc::mode_t) -> ! {
             libc::write(2, message.as_ptr().cast(), message.len());
         }
     } else {
-        let message = why.to_string();
-        // SAFETY: writing a live buffer into this process's end of the socket.
-        unsafe {
-            libc::send(
-                SPEC_FD,
-                message.as_ptr().cast(),
-                message.len(),
-                libc::MSG_NOSIGNAL,
-            );
-        }
+        report_failure(SPEC_FD, &why);
     }
     // SAFETY: ends this process without running the holder's destructors or exit handlers.
     unsafe { libc::_exit(CANNOT_RUN) }
+}
+
+/// What a shell's process gets as descriptors 0–2.
+pub(super) enum Stdio<'a> {
+    /// These descriptors (pipe ends), in order.
+    Fds([RawFd; 3]),
+    /// The slave of a terminal, opened after `setsid` (so it becomes the controlling terminal).
+    Terminal(&'a std::ffi::CStr),
+}
+
+/// Makes this freshly forked child of the holder the shell's process, short of the command: a
+/// session of its own; `stdio` as descriptors 0–2 and `report` (the socket its start is
+/// reported on) as [`SPEC_FD`], close-on-exec, every other descriptor closed; every signal at its
+/// default with an empty mask (what posix_spawn's SETSIGDEF and SETSIGMASK give a spawned shell:
+/// the holder ignores SIGPIPE and blocks SIGCHLD); the user's `umask`. The holder is
+/// single-threaded, so the child may run any code.
+pub(super) fn become_shell_process(stdio: Stdio<'_>, report: RawFd, umask: libc::mode_t) {
+    // SAFETY: plain descriptor, session and signal calls on this process's own state.
+    unsafe {
+        libc::setsid();
+        match stdio {
+            Stdio::Fds(fds) => {
+                // The pipes are above descriptor 3 (0–2 are /dev/null in a holder, 3 its
+                // connection), so no dup2 below overwrites a descriptor a later one reads. dup2
+                // clears close-on-exec.
+                for (to, from) in fds.into_iter().enumerate() {
+                    libc::dup2(from, to as RawFd);
+                }
+            }
+            Stdio::Terminal(slave) => {
+                // A session leader without a terminal that opens one (no O_NOCTTY) acquires it.
+                let fd = libc::open(slave.as_ptr(), libc::O_RDWR);
+                if fd >= 0 {
+                    for to in 0..3 {
+                        libc::dup2(fd, to);
+                    }
+                    if fd > 2 && fd != report {
+                        libc::close(fd);
+                    }
+                }
+            }
+        }
+        if report != SPEC_FD {
+            libc::dup2(report, SPEC_FD);
+        }
+        libc::fcntl(SPEC_FD, libc::F_SETFD, libc::FD_CLOEXEC);
+        libc::syscall(libc::SYS_close_range, (SPEC_FD + 1) as u32, u32::MAX, 0u32);
+        // Every disposition to its default (glibc's reserved real-time signals included, hence
+        // the raw syscall) and an empty mask.
+        for sig in 1..=64 {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                set_default_disposition(sig);
+            }
+        }
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        libc::umask(umask);
+    }
+}
+
+/// Tells whoever waits on `report` why the command cannot run (a [`Kind::Failed`] frame).
+pub(super) fn report_failure(report: RawFd, why: &io::Error) {
+    let frame = super::Encoder::new(Kind::Failed)
+        .rest(why.to_string().as_bytes())
+        .finish();
+    // SAFETY: `report` is this process's end of the socket, open until exec closes it.
+    let socket = unsafe { std::os::fd::BorrowedFd::borrow_raw(report) };
+    let _ = super::send_with_fd(&socket, &frame, None);
 }
 
 /// Reads the spec frame from [`SPEC_FD`] (EOF when the daemon let the holder go).
@@ -168,12 +208,171 @@ fn read_spec() -> io::Result<HoldSpec> {
     }
 }
 
-/// Changes into the spec's working directory and execs `sh -c`; returns only on failure.
-fn run(spec: &HoldSpec) -> io::Result<std::convert::Infallible> {
-    let (argv, envp, cwd) = shell_strings(&spec.spawn_spec())?;
-    nix::unistd::chdir(cwd.as_c_str())?;
+/// Enters the spec's sandbox (reporting its proxy listener, if it made one, on `report` as a
+/// [`Kind::Listener`] frame), changes into the working directory and execs `sh -c`; returns
+/// only the reason it could not. `terminal` is the slave's path when it runs on one.
+pub(super) fn exec_shell(
+    spec: &HoldSpec,
+    report: RawFd,
+    terminal: Option<&std::path::Path>,
+) -> io::Error {
+    let (argv, envp, cwd) = match shell_strings(&spec.spawn_spec()) {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
+    if let Some(plan) = &spec.sandbox {
+        match crate::sandbox::linux::enter(plan, terminal) {
+            Ok(Some(listener)) => {
+                let frame = super::Encoder::new(Kind::Listener).finish();
+                // SAFETY: `report` is this process's end of the socket, open until exec.
+                let socket = unsafe { std::os::fd::BorrowedFd::borrow_raw(report) };
+                if let Err(e) = super::send_with_fd(&socket, &frame, Some(listener.as_raw_fd())) {
+                    return io::Error::new(
+                        e.kind(),
+                        format!("handing the sandbox's proxy listener over: {e}"),
+                    );
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                return io::Error::new(e.kind(), format!("the sandbox could not be applied: {e}"));
+            }
+        }
+    }
+    if let Err(e) = nix::unistd::chdir(cwd.as_c_str()) {
+        return e.into();
+    }
     match nix::unistd::execve(&argv[0], &argv, &envp) {
         Ok(never) => match never {},
-        Err(e) => Err(e.into()),
+        Err(e) => e.into(),
+    }
+}
+
+/// The descriptors a sandboxed shell is started on: both ends of its three pipes, or a terminal.
+enum ShellIo {
+    Pipes {
+        /// (read end, write end) of stdin, stdout, stderr.
+        ends: [(OwnedFd, OwnedFd); 3],
+    },
+    Terminal {
+        pty: crate::spawn::pty::Pty,
+        slave: std::ffi::CString,
+    },
+}
+
+/// Starts a sandboxed shell the way a launcher does, for a holder without a launcher for it (a
+/// terminal, or no idle holder was ready): forks, the child becomes the shell's process (on the
+/// pipes, or on the terminal `terminal`), enters the sandbox and execs, and this waits on a
+/// close-on-exec socket until it has (EOF) or has said why not. Returns the shell and the proxy
+/// listener its sandbox made, if any. The caller (the holder) is single-threaded and reaps the
+/// child.
+pub fn spawn_sandboxed(
+    spec: &HoldSpec,
+    umask: libc::mode_t,
+    terminal: Option<crate::spawn::pty::Pty>,
+) -> io::Result<(Shell, Option<OwnedFd>)> {
+    use nix::fcntl::OFlag;
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+    let (report_r, report_w) = socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )?;
+    let io = match terminal {
+        Some(pty) => {
+            let slave = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(
+                pty.slave.as_os_str(),
+            ))
+            .map_err(|_| io::Error::other("the terminal's path contains a NUL byte"))?;
+            ShellIo::Terminal { pty, slave }
+        }
+        None => {
+            let ends = [
+                nix::unistd::pipe2(OFlag::O_CLOEXEC)?,
+                nix::unistd::pipe2(OFlag::O_CLOEXEC)?,
+                nix::unistd::pipe2(OFlag::O_CLOEXEC)?,
+            ];
+            enlarge_pipe(&ends[1].0);
+            enlarge_pipe(&ends[2].0);
+            ShellIo::Pipes { ends }
+        }
+    };
+    // SAFETY: the holder is single-threaded (no lock can be held by another thread across the
+    // fork); the child only sets itself up, enters the sandbox and execs, or exits.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => {
+            let (stdio, terminal_path) = match &io {
+                ShellIo::Pipes { ends } => (
+                    Stdio::Fds([
+                        ends[0].0.as_raw_fd(),
+                        ends[1].1.as_raw_fd(),
+                        ends[2].1.as_raw_fd(),
+                    ]),
+                    None,
+                ),
+                ShellIo::Terminal { pty, slave } => {
+                    (Stdio::Terminal(slave), Some(pty.slave.as_path()))
+                }
+            };
+            become_shell_process(stdio, report_w.as_raw_fd(), umask);
+            let why = exec_shell(spec, SPEC_FD, terminal_path);
+            report_failure(SPEC_FD, &why);
+            // SAFETY: ends the child without running the holder's destructors.
+            unsafe { libc::_exit(CANNOT_RUN) }
+        }
+        pid => {
+            drop(report_w);
+            let shell = match io {
+                ShellIo::Pipes {
+                    ends: [stdin, stdout, stderr],
+                } => {
+                    drop((stdin.0, stdout.1, stderr.1));
+                    Shell {
+                        pid,
+                        stdin: stdin.1,
+                        stdout: stdout.0,
+                        stderr: stderr.0,
+                    }
+                }
+                // The master is the one output stream; its "stderr" is dropped by the holder.
+                ShellIo::Terminal { pty, .. } => Shell {
+                    pid,
+                    stdin: pty.master.try_clone()?,
+                    stderr: pty.master.try_clone()?,
+                    stdout: pty.master,
+                },
+            };
+            match read_start_report(&report_r) {
+                Ok(listener) => Ok((shell, listener)),
+                Err(e) => {
+                    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+                    Err(e)
+                }
+            }
+        }
+    }
+}
+
+/// Reads what the shell's process reports before its exec: a [`Kind::Listener`] frame (with
+/// the listener), a [`Kind::Failed`] one (why it cannot run), then EOF once the exec happened.
+pub(super) fn read_start_report(report: &OwnedFd) -> io::Result<Option<OwnedFd>> {
+    let mut listener = None;
+    loop {
+        match super::recv_frame_with_fd(report) {
+            Ok((Kind::Listener, _, fd)) => listener = fd,
+            Ok((Kind::Failed, why, _)) => {
+                return Err(io::Error::other(String::from_utf8_lossy(&why).into_owned()));
+            }
+            Ok(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "the shell's process sent an unexpected frame",
+                ));
+            }
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(listener),
+            Err(e) => return Err(e),
+        }
     }
 }

@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 
 #[cfg(target_os = "linux")]
 use super::zygote::ForkError;
-use super::{Encoder, ExitNote, Hello, HoldSpec, Kind, SOCKET_NAME, recv_frame_with_fd, stream_of};
+use super::{Encoder, ExitNote, Hello, HoldSpec, Kind, SOCKET_NAME, stream_of};
 use crate::output::OutputLog;
 use crate::spawn::reaper::{ExitHow, Reaper};
 use crate::spawn::identity::{self, Identity};
@@ -34,6 +34,9 @@ pub struct Held {
     pub holder: Identity,
     /// Write end of the process's stdin, while open.
     pub stdin: Option<OwnedFd>,
+    /// A sandboxed command's proxy listener, which the holder keeps (`Kind::Keep`): the daemon
+    /// serves the allowlist proxy on it.
+    pub listener: Option<OwnedFd>,
     /// The connection (blocking until [`Link::run`] takes it).
     pub sock: UnixStream,
 }
@@ -52,7 +55,7 @@ impl Held {
 /// has it (a holder from the pool), which spares a `/proc` read on the `exec` path.
 fn greeted(sock: UnixStream, known: Option<Identity>) -> io::Result<Held> {
     sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    let (hello, stdin) = read_hello(&sock)?;
+    let (hello, stdin, listener) = read_hello(&sock)?;
     sock.set_read_timeout(None)?;
     let holder = match known {
         Some(id) if id.pid == hello.holder_pid => id,
@@ -65,29 +68,51 @@ fn greeted(sock: UnixStream, known: Option<Identity>) -> io::Result<Held> {
         hello,
         holder,
         stdin,
+        listener,
         sock,
     })
 }
 
 /// Reads a [`Hello`] (a [`Kind::Failed`] is the holder's error), with stdin's write end while
-/// stdin is open.
-fn read_hello(sock: &UnixStream) -> io::Result<(Hello, Option<OwnedFd>)> {
-    let (payload, stdin) = expect_frame(sock, Kind::Hello, "the holder did not greet")?;
+/// stdin is open and the kept proxy listener when there is one. A holder of a newer protocol
+/// than this daemon's is refused by name ([`newer_holder`]).
+fn read_hello(sock: &UnixStream) -> io::Result<(Hello, Option<OwnedFd>, Option<OwnedFd>)> {
+    let (payload, fds) = expect_frame(sock, Kind::Hello, "the holder did not greet")?;
     let hello = Hello::decode(&payload)?;
-    let stdin = if hello.stdin_open { stdin } else { None };
-    Ok((hello, stdin))
+    let protocol = crate::faults::holder_protocol_seen(hello.protocol);
+    if !(super::OLDEST_PROTOCOL..=super::PROTOCOL).contains(&protocol) {
+        return Err(newer_holder(protocol));
+    }
+    let mut fds = fds.into_iter();
+    let stdin = if hello.stdin_open { fds.next() } else { None };
+    let listener = if hello.listener { fds.next() } else { None };
+    Ok((hello, stdin, listener))
 }
 
-/// The payload (and descriptor) of the next frame when it is a `want`; the holder's own error
+/// The refusal of a holder whose protocol this daemon does not speak: it is left running (its
+/// output stays readable from disk), and the error says how to take it back.
+pub fn newer_holder(protocol: u32) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!(
+            "its holder speaks holder protocol {protocol}, this yieldshelld {} (protocols {}–{});              it keeps running and its output stays readable, but only a yieldshelld that speaks              its protocol can control it",
+            yieldshell_proto::VERSION,
+            super::OLDEST_PROTOCOL,
+            super::PROTOCOL
+        ),
+    )
+}
+
+/// The payload (and descriptors) of the next frame when it is a `want`; the holder's own error
 /// when it is a [`Kind::Failed`]; `otherwise` when it is anything else.
 fn expect_frame(
     sock: &UnixStream,
     want: Kind,
     otherwise: &str,
-) -> io::Result<(Vec<u8>, Option<OwnedFd>)> {
-    let (kind, payload, fd) = recv_frame_with_fd(sock)?;
+) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+    let (kind, payload, fds) = super::recv_frame_with_fds(sock)?;
     if kind == want {
-        Ok((payload, fd))
+        Ok((payload, fds))
     } else if kind == Kind::Failed {
         Err(io::Error::other(
             String::from_utf8_lossy(&payload).into_owned(),
@@ -419,6 +444,10 @@ impl HolderPool {
     }
 }
 
+/// The kind of [`start`]'s error when the idle holder's launcher died before it took the
+/// command: nothing ran, so the start may be tried again with another holder.
+pub const LAUNCHER_GONE: io::ErrorKind = io::ErrorKind::ConnectionAborted;
+
 /// Failed preparations in a row after which idle holders stop using spare directories.
 const SPARE_FAILURE_LIMIT: u32 = 3;
 
@@ -436,9 +465,9 @@ fn prepare(sock: &UnixStream, dir: &Path) -> io::Result<Option<Launch>> {
     (&mut &*sock).write_all(&frame)?;
     sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let (_, pipe) = expect_frame(sock, Kind::Ready, "the holder did not say it was ready")?;
-    let launch = match pipe {
+    let launch = match pipe.into_iter().next() {
         Some(pipe) => {
-            let (hello, stdin) = read_hello(sock)?;
+            let (hello, stdin, _) = read_hello(sock)?;
             Some(Launch { pipe, hello, stdin })
         }
         None => None,
@@ -485,6 +514,7 @@ pub async fn start(
             hello,
             holder: known,
             stdin,
+            listener: None,
             sock: ours,
         };
         let pipe = UnixStream::from(pipe);
@@ -514,13 +544,37 @@ pub async fn start(
             Ok(()) => launched(pipe).await,
             Err(e) => Err(e),
         };
-        if let Err(e) = started {
-            let shell = held.hello.shell_pid;
-            let stuck = e.kind() == io::ErrorKind::TimedOut;
-            tokio::task::spawn_blocking(move || let_go(held.sock, shell, stuck))
-                .await
-                .map_err(io::Error::other)?;
-            return Err(e);
+        // A launcher (or holder) that died between the pool's check and its spec never took the
+        // command (the spec could not be written, or lay unread when it closed: a reset):
+        // nothing ran, and the caller may start it again on another holder.
+        let started = started.map_err(|e| match e.kind() {
+            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => io::Error::new(
+                LAUNCHER_GONE,
+                format!("the idle holder's launcher died before it took the command ({e})"),
+            ),
+            _ => e,
+        });
+        let listener = match started {
+            Ok(listener) => listener,
+            Err(e) => {
+                let shell = held.hello.shell_pid;
+                let stuck = e.kind() == io::ErrorKind::TimedOut;
+                tokio::task::spawn_blocking(move || let_go(held.sock, shell, stuck))
+                    .await
+                    .map_err(io::Error::other)?;
+                return Err(e);
+            }
+        };
+        let mut held = held;
+        if let Some(listener) = listener {
+            // The holder keeps it for every later daemon; a holder that cannot take it has
+            // died, which the link sees next.
+            use std::os::fd::AsRawFd;
+            let keep = Encoder::new(Kind::Keep).finish();
+            if let Err(e) = super::send_with_fd(&held.sock, &keep, Some(listener.as_raw_fd())) {
+                tracing::warn!("handing the proxy listener to the holder failed: {e}");
+            }
+            held.listener = Some(listener);
         }
         return Ok(held);
     }
@@ -575,20 +629,43 @@ fn let_go(sock: UnixStream, shell: i32, stuck: bool) {
 }
 
 /// Waits for the launcher to run the shell: its socket is close-on-exec, so EOF says the shell
-/// runs; anything else is why it could not (the launcher then exits 127, and the `exec` fails to
-/// start as a spawn would). Answered by the exec itself (about a tenth of a millisecond), while
-/// nothing else of the `exec` waits on it.
-async fn launched(pipe: UnixStream) -> io::Result<()> {
-    use tokio::io::AsyncReadExt;
+/// runs. Before that it may send the proxy listener its sandbox made (`Kind::Listener`, with
+/// the descriptor), which is returned; a `Kind::Failed` is why it could not run (the launcher
+/// then exits 127, and the `exec` fails to start as a spawn would). Answered by the exec itself
+/// (about a tenth of a millisecond), while nothing else of the `exec` waits on it.
+async fn launched(pipe: UnixStream) -> io::Result<Option<OwnedFd>> {
     pipe.set_nonblocking(true)?;
-    let mut pipe = tokio::net::UnixStream::from_std(pipe)?.take(4096);
-    let mut why = Vec::new();
-    let read = pipe.read_to_end(&mut why);
+    let pipe = tokio::net::UnixStream::from_std(pipe)?;
+    let read = async {
+        let mut listener = None;
+        loop {
+            pipe.readable().await?;
+            // Frames are small and whole when readable; a partial one is waited out by the
+            // blocking read below, which the launcher finishes at once.
+            let got = pipe.try_io(tokio::io::Interest::READABLE, || {
+                let std_pipe = std::os::fd::AsFd::as_fd(&pipe);
+                super::recv_frame_with_fd(&std_pipe)
+            });
+            match got {
+                Ok((Kind::Listener, _, fd)) => listener = fd,
+                Ok((Kind::Failed, why, _)) => {
+                    return Err(io::Error::other(String::from_utf8_lossy(&why).into_owned()));
+                }
+                Ok(_) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "the launcher sent an unexpected frame",
+                    ));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(listener),
+                // A reset is the launcher gone without a word (killed).
+                Err(e) => return Err(e),
+            }
+        }
+    };
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, read).await {
-        Ok(Ok(_)) if why.is_empty() => Ok(()),
-        Ok(Ok(_)) => Err(io::Error::other(String::from_utf8_lossy(&why).into_owned())),
-        // A reset is the launcher gone without a word (killed).
-        Ok(Err(e)) => Err(e),
+        Ok(r) => r,
         Err(_) => Err(io::Error::new(
             io::ErrorKind::TimedOut,
             "the shell did not start in time",

@@ -47,6 +47,16 @@ pub const SOCKET_NAME: &str = "holder.sock";
 /// The exit status a holder records, inside the process directory. An empty one (created ahead
 /// by a prepared holder) says nothing yet.
 pub const EXIT_FILE: &str = "exit";
+/// The holder protocol's version, in every [`Hello`] (docs/ARCHITECTURE.md, "The holder
+/// protocol"). Holders outlive daemon upgrades: a daemon re-adopts a holder of any version from
+/// [`OLDEST_PROTOCOL`] up to its own, sending it only what that version understands, and leaves
+/// one of a newer version alone (running, its output readable from disk), saying so.
+/// - 1: the first release's (its `Hello` carries no version);
+/// - 2: the version itself, [`Kind::Keep`] (the holder keeps a descriptor for every later daemon:
+///   a sandboxed command's proxy listener) and [`Kind::Listener`], the sandbox plan in the spec.
+pub const PROTOCOL: u32 = 2;
+/// The oldest holder protocol this daemon re-adopts.
+pub const OLDEST_PROTOCOL: u32 = 1;
 /// Largest frame either side accepts: a spec carries a command line and an environment of up
 /// to the daemon's 16 MiB request limit each; an output frame is at most one pipe read.
 const MAX_FRAME: usize = 40 * 1024 * 1024;
@@ -78,6 +88,12 @@ pub enum Kind {
     /// idle holder → daemon: prepared (its socket bound and its exit file created in the
     /// spare directory), or the spawn-style [`Kind::Failed`] when that failed.
     Ready = 11,
+    /// daemon → holder (protocol 2): keep the attached descriptor, a sandboxed command's proxy
+    /// listener, and hand it to every daemon that connects later, with its [`Hello`].
+    Keep = 12,
+    /// the command's process → daemon or holder (protocol 2), before it `exec`s: the proxy
+    /// listener it made in its own network namespace is attached.
+    Listener = 13,
 }
 
 impl Kind {
@@ -94,6 +110,8 @@ impl Kind {
             9 => Kind::CloseOutput,
             10 => Kind::Prepare,
             11 => Kind::Ready,
+            12 => Kind::Keep,
+            13 => Kind::Listener,
             _ => return None,
         })
     }
@@ -259,14 +277,18 @@ pub struct HoldSpec {
     pub redact: Vec<(Vec<u8>, Vec<u8>)>,
     /// Spool cap in bytes (0: no spool).
     pub spool_cap: u64,
-    /// Run on a new pseudo-terminal of this size (DESIGN §9) instead of pipes.
+    /// Run on a new pseudo-terminal of this size instead of pipes.
     pub terminal: Option<crate::spawn::pty::TermSize>,
+    /// The sandbox the command's process applies before it runs the shell (README, "Sandbox").
+    pub sandbox: Option<crate::sandbox::plan::Plan>,
 }
 
 impl HoldSpec {
-    /// The [`Kind::Spec`] frame.
+    /// The [`Kind::Spec`] frame. It starts with [`PROTOCOL`]: a spec only ever goes to a holder
+    /// of the daemon's own binary, but one of another version is refused by name, not misread.
     pub fn encode(&self) -> Vec<u8> {
         let mut e = Encoder::new(Kind::Spec)
+            .u64(u64::from(PROTOCOL))
             .bytes(self.process_id.as_bytes())
             .bytes(&self.dir)
             .bytes(&self.command)
@@ -280,11 +302,14 @@ impl HoldSpec {
         for (s, r) in &self.redact {
             e = e.bytes(s).bytes(r);
         }
-        // Last and optional, so a spec without it reads as before.
-        if let Some(size) = self.terminal {
-            e = e.u8(1).u64(u64::from(size.cols)).u64(u64::from(size.rows));
+        e = match self.terminal {
+            Some(size) => e.u8(1).u64(u64::from(size.cols)).u64(u64::from(size.rows)),
+            None => e.u8(0),
+        };
+        match &self.sandbox {
+            Some(plan) => encode_plan(e.u8(1), plan).finish(),
+            None => e.u8(0).finish(),
         }
-        e.finish()
     }
 
     /// What the shell is started from: the command, working directory, environment and marker.
@@ -302,6 +327,13 @@ impl HoldSpec {
     /// Reads a [`Kind::Spec`] payload.
     pub fn decode(payload: &[u8]) -> io::Result<HoldSpec> {
         let mut d = Decoder::new(payload);
+        let version = d.u64()?;
+        if version != u64::from(PROTOCOL) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a spec of holder protocol {version}; this holder speaks {PROTOCOL}"),
+            ));
+        }
         let process_id = String::from_utf8_lossy(d.bytes()?).into_owned();
         let dir = d.bytes()?.to_vec();
         let command = d.bytes()?.to_vec();
@@ -317,15 +349,19 @@ impl HoldSpec {
         };
         let env = pairs(&mut d)?;
         let redact = pairs(&mut d)?;
-        let terminal = if d.0.is_empty() {
-            None
-        } else {
-            d.u8()?;
-            let cell = |v: u64| u16::try_from(v).map_err(|_| short());
-            Some(crate::spawn::pty::TermSize {
-                cols: cell(d.u64()?)?,
-                rows: cell(d.u64()?)?,
-            })
+        let terminal = match d.u8()? {
+            0 => None,
+            _ => {
+                let cell = |v: u64| u16::try_from(v).map_err(|_| short());
+                Some(crate::spawn::pty::TermSize {
+                    cols: cell(d.u64()?)?,
+                    rows: cell(d.u64()?)?,
+                })
+            }
+        };
+        let sandbox = match d.u8()? {
+            0 => None,
+            _ => Some(decode_plan(&mut d)?),
         };
         Ok(HoldSpec {
             terminal,
@@ -336,8 +372,76 @@ impl HoldSpec {
             env,
             redact,
             spool_cap,
+            sandbox,
         })
     }
+}
+
+/// Paths on the wire: a count, then each as bytes.
+fn encode_paths(mut e: Encoder, paths: &[std::path::PathBuf]) -> Encoder {
+    use std::os::unix::ffi::OsStrExt;
+    e = e.u64(paths.len() as u64);
+    for p in paths {
+        e = e.bytes(p.as_os_str().as_bytes());
+    }
+    e
+}
+
+fn decode_paths(d: &mut Decoder<'_>) -> io::Result<Vec<std::path::PathBuf>> {
+    let n = d.u64()?;
+    let mut v = Vec::new();
+    for _ in 0..n {
+        v.push(path_of(d.bytes()?));
+    }
+    Ok(v)
+}
+
+fn path_of(b: &[u8]) -> std::path::PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    std::path::PathBuf::from(std::ffi::OsStr::from_bytes(b))
+}
+
+fn encode_plan(e: Encoder, plan: &crate::sandbox::plan::Plan) -> Encoder {
+    use crate::sandbox::plan::NetPlan;
+    use std::os::unix::ffi::OsStrExt;
+    let flags = u8::from(plan.restrict_files) | (u8::from(plan.namespaces) << 1);
+    let mut e = encode_paths(e.u8(flags), &plan.writable).bytes(plan.tmp.as_os_str().as_bytes());
+    e = encode_paths(e, &plan.read_only);
+    e = encode_paths(e, &plan.hidden);
+    e = encode_paths(e, &plan.rebound);
+    match plan.network {
+        NetPlan::On => e.u8(0),
+        NetPlan::Off => e.u8(1),
+        NetPlan::Proxy { port } => e.u8(2).u64(u64::from(port)),
+    }
+}
+
+fn decode_plan(d: &mut Decoder<'_>) -> io::Result<crate::sandbox::plan::Plan> {
+    use crate::sandbox::plan::{NetPlan, Plan};
+    let flags = d.u8()?;
+    let writable = decode_paths(d)?;
+    let tmp = path_of(d.bytes()?);
+    let read_only = decode_paths(d)?;
+    let hidden = decode_paths(d)?;
+    let rebound = decode_paths(d)?;
+    let network = match d.u8()? {
+        0 => NetPlan::On,
+        1 => NetPlan::Off,
+        2 => NetPlan::Proxy {
+            port: u16::try_from(d.u64()?).map_err(|_| short())?,
+        },
+        _ => return Err(short()),
+    };
+    Ok(Plan {
+        restrict_files: flags & 1 != 0,
+        namespaces: flags & 2 != 0,
+        writable,
+        tmp,
+        read_only,
+        hidden,
+        rebound,
+        network,
+    })
 }
 
 /// How the shell ended, with when.
@@ -438,6 +542,10 @@ pub struct Hello {
     /// The process runs on a terminal: the descriptor that comes with the frame is a duplicate
     /// of its PTY master, not a pipe.
     pub terminal: bool,
+    /// The holder's protocol version ([`PROTOCOL`]; 1 for a holder whose `Hello` names none).
+    pub protocol: u32,
+    /// A kept proxy listener comes with the frame, after stdin's descriptor (protocol 2).
+    pub listener: bool,
 }
 
 impl Hello {
@@ -455,7 +563,11 @@ impl Hello {
             Some(x) => x.put(e),
             None => e.u8(0).i64(0).i64(0),
         };
-        e.u8(u8::from(self.terminal)).finish()
+        // Version 2 and later append their fields here, where a version-1 reader stops.
+        e.u8(u8::from(self.terminal))
+            .u64(u64::from(self.protocol))
+            .u8(u8::from(self.listener))
+            .finish()
     }
 
     /// Reads a [`Kind::Hello`] payload.
@@ -473,6 +585,11 @@ impl Hello {
             exit: ExitNote::get(&mut d)?,
             // Absent from a holder of an earlier version: pipes.
             terminal: d.u8().is_ok_and(|b| b != 0),
+            // Absent from a version-1 holder, which named no version.
+            protocol: d
+                .u64()
+                .map_or(1, |v| u32::try_from(v).unwrap_or(u32::MAX)),
+            listener: d.u8().is_ok_and(|b| b != 0),
         })
     }
 }
@@ -495,13 +612,17 @@ const RECV_CLOEXEC: nix::sys::socket::MsgFlags = nix::sys::socket::MsgFlags::emp
 
 /// Sends `frame` with `fd` attached (SCM_RIGHTS on its first bytes). Blocking.
 pub fn send_with_fd(sock: &impl AsRawFd, frame: &[u8], fd: Option<RawFd>) -> io::Result<()> {
+    send_with_fds(sock, frame, fd.as_slice())
+}
+
+/// Sends `frame` with `fds` attached (SCM_RIGHTS on its first bytes). Blocking.
+pub fn send_with_fds(sock: &impl AsRawFd, frame: &[u8], fds: &[RawFd]) -> io::Result<()> {
     use nix::sys::socket::{ControlMessage, sendmsg};
-    let fds = fd.map(|f| [f]);
-    let cmsgs: Vec<ControlMessage<'_>> = fds
-        .as_ref()
-        .map(|f| ControlMessage::ScmRights(f))
-        .into_iter()
-        .collect();
+    let cmsgs: Vec<ControlMessage<'_>> = if fds.is_empty() {
+        Vec::new()
+    } else {
+        vec![ControlMessage::ScmRights(fds)]
+    };
     let mut sent = 0;
     while sent < frame.len() {
         let iov = [io::IoSlice::new(&frame[sent..])];
@@ -533,15 +654,25 @@ fn wait_fd(fd: RawFd, what: nix::poll::PollFlags) -> io::Result<()> {
     }
 }
 
-/// Reads one whole frame from a blocking socket, with any descriptor that came with it.
+/// Most descriptors one frame carries (a `Hello`: stdin's, and a kept listener).
+const MAX_FDS: usize = 2;
+
+/// Reads one whole frame from a blocking socket, with the first descriptor that came with it.
 pub fn recv_frame_with_fd(sock: &impl AsRawFd) -> io::Result<(Kind, Vec<u8>, Option<OwnedFd>)> {
+    let (kind, payload, fds) = recv_frame_with_fds(sock)?;
+    Ok((kind, payload, fds.into_iter().next()))
+}
+
+/// Reads one whole frame from a blocking socket, with the descriptors that came with it (at
+/// most [`MAX_FDS`]; more are closed).
+pub fn recv_frame_with_fds(sock: &impl AsRawFd) -> io::Result<(Kind, Vec<u8>, Vec<OwnedFd>)> {
     use nix::sys::socket::{ControlMessageOwned, recvmsg};
     // The length alone first: descriptors arrive with the first byte of what carried them, and
     // a longer read could run into the next frame.
     let mut head = [0u8; 4];
     let mut got = 0;
-    let mut fd = None;
-    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let mut fds = Vec::new();
+    let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
     while got < head.len() {
         let mut iov = [io::IoSliceMut::new(&mut head[got..])];
         let msg = match recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), RECV_CLOEXEC) {
@@ -556,8 +687,8 @@ pub fn recv_frame_with_fd(sock: &impl AsRawFd) -> io::Result<(Kind, Vec<u8>, Opt
             ));
         }
         for c in msg.cmsgs()? {
-            if let ControlMessageOwned::ScmRights(fds) = c {
-                for f in fds {
+            if let ControlMessageOwned::ScmRights(received) = c {
+                for f in received {
                     // SAFETY: a descriptor just received is ours alone; extra ones are closed.
                     let owned = unsafe { OwnedFd::from_raw_fd(f) };
                     #[cfg(not(target_os = "linux"))]
@@ -565,7 +696,9 @@ pub fn recv_frame_with_fd(sock: &impl AsRawFd) -> io::Result<(Kind, Vec<u8>, Opt
                         &owned,
                         nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
                     )?;
-                    fd.get_or_insert(owned);
+                    if fds.len() < MAX_FDS {
+                        fds.push(owned);
+                    }
                 }
             }
         }
@@ -583,7 +716,7 @@ pub fn recv_frame_with_fd(sock: &impl AsRawFd) -> io::Result<(Kind, Vec<u8>, Opt
     let kind = Kind::from_byte(body[0])
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unknown holder frame"))?;
     body.remove(0);
-    Ok((kind, body, fd))
+    Ok((kind, body, fds))
 }
 
 fn read_exact_fd(fd: RawFd, mut buf: &mut [u8]) -> io::Result<()> {
@@ -628,6 +761,7 @@ mod tests {
             redact: vec![(b"hunter2hunter2".to_vec(), b"[REDACTED:PW]".to_vec())],
             spool_cap: 64 << 20,
             terminal: None,
+            sandbox: None,
         };
         let (kind, body) = payload(&spec.encode());
         assert_eq!(kind, Kind::Spec);
@@ -666,6 +800,8 @@ mod tests {
             dropped: 5,
             stdin_open: false,
             terminal: true,
+            protocol: PROTOCOL,
+            listener: true,
         };
         let (kind, body) = payload(&hello.encode());
         assert_eq!(kind, Kind::Hello);

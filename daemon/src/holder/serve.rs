@@ -16,7 +16,7 @@
 //! [`BACKLOG_LIMIT`] the pipes are simply not read until the daemon catches up (the process
 //! then waits on a full pipe, as it would for a slow reader).
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -123,11 +123,15 @@ fn run() -> io::Result<()> {
         }
     };
     let greeted = launched.is_some();
+    let mut kept = None;
     let (shell, identity) = match launched {
         Some(launched) => launched,
         None => {
             let shell = match spawn(&spec, user_umask) {
-                Ok(s) => s,
+                Ok((s, listener)) => {
+                    kept = listener;
+                    s
+                }
                 Err(e) => {
                     refuse(&first, &e);
                     return Err(e);
@@ -163,6 +167,7 @@ fn run() -> io::Result<()> {
         exit_file,
         signals,
         reported_health: 0,
+        kept,
     };
     // The socket for later daemons exists before the first daemon hears of the shell: a daemon
     // killed right after answering its `exec` leaves a holder the next one can find (bound
@@ -377,6 +382,9 @@ struct Holder {
     signals: Signals,
     /// Spool bytes lost as last told to the daemon.
     reported_health: u64,
+    /// A descriptor kept for every daemon (`Kind::Keep`, or the shell's process made it): a
+    /// sandboxed command's proxy listener, which the daemon serves the proxy on.
+    kept: Option<OwnedFd>,
 }
 
 const STREAMS: [Stream; 2] = [Stream::Stdout, Stream::Stderr];
@@ -404,6 +412,8 @@ impl Holder {
             dropped: self.spool_lost(),
             stdin_open: self.stdin.is_some(),
             terminal: self.terminal,
+            protocol: super::PROTOCOL,
+            listener: self.kept.is_some(),
         }
     }
 
@@ -411,8 +421,14 @@ impl Holder {
     /// greets it. Everything queued for the old one is in the spool already.
     fn connect(&mut self, sock: UnixStream) -> io::Result<()> {
         sock.set_nonblocking(true)?;
-        let stdin = self.stdin.as_ref().map(AsRawFd::as_raw_fd);
-        send_with_fd(&sock, &self.hello().encode(), stdin)?;
+        // stdin's descriptor first, then the kept one: `Hello` says which are there.
+        let fds: Vec<i32> = self
+            .stdin
+            .iter()
+            .chain(self.kept.iter())
+            .map(AsRawFd::as_raw_fd)
+            .collect();
+        super::send_with_fds(&sock, &self.hello().encode(), &fds)?;
         self.keep(sock)
     }
 
@@ -678,19 +694,19 @@ impl Holder {
         }
     }
 
-    /// Frames from the daemon.
+    /// Frames from the daemon, with the descriptors they carry (only `Keep` carries one).
     fn serve_conn(&mut self) {
         let Some(c) = self.conn.as_mut() else {
             return;
         };
-        let mut chunk = [0u8; 256];
+        let mut received = Vec::new();
         loop {
-            match c.sock.read(&mut chunk) {
+            match read_with_fds(&c.sock, &mut c.inbuf, &mut received) {
                 Ok(0) => {
                     self.conn = None;
                     return;
                 }
-                Ok(n) => c.inbuf.extend_from_slice(&chunk[..n]),
+                Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(_) => {
@@ -715,6 +731,7 @@ impl Holder {
             }
         }
         c.inbuf.drain(..at);
+        let mut received = received.into_iter();
         for kind in kinds {
             match kind {
                 Kind::CloseStdin => self.stdin = None,
@@ -723,6 +740,11 @@ impl Holder {
                     // still holds the pipes gets EPIPE, as it did when the daemon read them.
                     self.pipes = [None, None];
                     self.redact = [None, None];
+                }
+                Kind::Keep => {
+                    if let Some(fd) = received.next() {
+                        self.kept = Some(fd);
+                    }
                 }
                 _ => {}
             }
@@ -748,6 +770,37 @@ impl Holder {
             }
         }
     }
+}
+
+/// One non-blocking `recvmsg` of up to 4 KiB from the daemon into `buf`, keeping any
+/// descriptors that came with it (close-on-exec). The bytes read (0 at EOF).
+fn read_with_fds(
+    sock: &UnixStream,
+    buf: &mut Vec<u8>,
+    fds: &mut Vec<OwnedFd>,
+) -> io::Result<usize> {
+    use nix::sys::socket::{ControlMessageOwned, recvmsg};
+    let mut chunk = [0u8; 4096];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 2]);
+    let mut iov = [io::IoSliceMut::new(&mut chunk)];
+    let msg = recvmsg::<()>(
+        sock.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        super::RECV_CLOEXEC,
+    )
+    .map_err(io::Error::from)?;
+    let n = msg.bytes;
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(received) = c {
+            for f in received {
+                // SAFETY: a descriptor just received is ours alone.
+                fds.push(unsafe { OwnedFd::from_raw_fd(f) });
+            }
+        }
+    }
+    buf.extend_from_slice(&chunk[..n]);
+    Ok(n)
 }
 
 /// Records the exit status where a daemon that was not there to see it finds it (the holder's
@@ -782,9 +835,15 @@ fn bind_socket() -> io::Result<UnixListener> {
 }
 
 /// Starts the shell the usual way (no launcher: an unprepared holder, or a terminal), under the
-/// user's umask rather than the holder's.
-fn spawn(spec: &HoldSpec, user_umask: nix::sys::stat::Mode) -> io::Result<Shell> {
+/// user's umask rather than the holder's; a sandboxed one is forked and enters its sandbox first
+/// (Linux), and may return its proxy listener.
+fn spawn(spec: &HoldSpec, user_umask: nix::sys::stat::Mode) -> io::Result<(Shell, Option<OwnedFd>)> {
     use nix::sys::stat::umask;
+    #[cfg(target_os = "linux")]
+    if spec.sandbox.is_some() {
+        let pty = spec.terminal.map(crate::spawn::pty::open).transpose()?;
+        return super::launcher::spawn_sandboxed(spec, user_umask.bits(), pty);
+    }
     let shell_spec = spec.spawn_spec();
     // The holder is single-threaded: nothing else creates a file while the umask is the user's.
     let holders = umask(user_umask);
@@ -793,7 +852,7 @@ fn spawn(spec: &HoldSpec, user_umask: nix::sys::stat::Mode) -> io::Result<Shell>
         None => spawn_shell(&shell_spec),
     };
     umask(holders);
-    started
+    started.map(|shell| (shell, None))
 }
 
 /// What an idle holder sets up in its spare directory before any `exec` needs it (the daemon's
@@ -873,6 +932,8 @@ impl Prepared {
                 dropped: 0,
                 stdin_open: true,
                 terminal: false,
+                protocol: super::PROTOCOL,
+                listener: false,
             };
             return send_with_fd(sock, &hello.encode(), Some(l.stdin.as_raw_fd()));
         }

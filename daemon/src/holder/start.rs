@@ -6,6 +6,8 @@
 
 use std::io;
 
+#[cfg(target_os = "linux")]
+use crate::sandbox::plan::Kernel;
 use crate::spawn::reaper::Reaper;
 
 /// Starts a holder (`yieldshelld hold`, this very binary) in a new session, with `sock` as its
@@ -104,4 +106,64 @@ pub fn spawn_holder(reaper: &Reaper, sock: &impl std::os::fd::AsRawFd) -> io::Re
     }
     let (child, _exit) = reaper.spawn(&mut cmd)?;
     Ok(child.id() as i32)
+}
+
+/// Runs the probe once for the daemon's life and returns its answer (`Kernel::namespaces`
+/// false, with the reason logged, when the probe could not run). Blocking: call it off the
+/// runtime's workers.
+#[cfg(target_os = "linux")]
+pub fn sandbox_kernel(reaper: &std::sync::Arc<Reaper>) -> Kernel {
+    static FOUND: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
+    *FOUND.get_or_init(|| {
+        let landlock_abi = crate::sandbox::probe::landlock_abi();
+        let namespaces = if crate::faults::namespaces_refused() {
+            tracing::warn!("sandbox: namespaces refused by fault injection (tests only)");
+            false
+        } else {
+            match run_probe(reaper) {
+                Ok(answer) if answer.trim() == "namespaces ok" => true,
+                Ok(answer) => {
+                    tracing::warn!(
+                        "sandbox: {} — .git cannot be kept read-only, and the network is \
+                         held back by seccomp and Landlock alone",
+                        answer.trim()
+                    );
+                    false
+                }
+                Err(e) => {
+                    tracing::warn!("sandbox: the namespace probe did not run: {e}");
+                    false
+                }
+            }
+        };
+        tracing::info!(landlock_abi, namespaces, "sandbox: what the kernel offers");
+        Kernel {
+            landlock_abi,
+            namespaces,
+            seatbelt: false,
+        }
+    })
+}
+
+#[cfg(target_os = "linux")]
+fn run_probe(reaper: &std::sync::Arc<Reaper>) -> std::io::Result<String> {
+    let program = match holder_program() {
+        Some(fd) => format!("/proc/self/fd/{fd}"),
+        None => "/proc/self/exe".to_string(),
+    };
+    let mut cmd = std::process::Command::new(program);
+    cmd.arg(crate::sandbox::probe::PROBE_ARG)
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let (mut child, exit) = reaper.spawn(&mut cmd)?;
+    let mut answer = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        use std::io::Read;
+        out.read_to_string(&mut answer)?;
+    }
+    // The reaper collects the exit status; the answer is the line it printed.
+    drop(exit);
+    Ok(answer)
 }

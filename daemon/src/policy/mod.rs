@@ -41,6 +41,11 @@ pub struct PolicyFloor {
     pub max_output_bytes: Option<u64>,
     /// Upper bound for a session's `max_buffer_bytes`.
     pub max_buffer_bytes: Option<u64>,
+    /// The sandbox every command gets at least (`off`, `declared`, `workspace-write`,
+    /// `read-only`): a session's mode narrows it, never widens it.
+    pub sandbox: Option<String>,
+    /// The network every command gets at most (`declared`, `off`, `on`, `allow:HOST,…`).
+    pub sandbox_network: Option<String>,
 }
 
 /// Hard ceiling on the per-process ring, whatever anyone configures (memory safety).
@@ -68,6 +73,10 @@ pub struct Policy {
     pub default_timeout_ms: u64,
     /// Names of variables whose values are redacted.
     pub redact_env: Option<regex::Regex>,
+    /// The session's sandbox settings.
+    pub sandbox: crate::sandbox::SandboxSettings,
+    /// The daemon's floor for them (config file).
+    pub sandbox_floor: crate::sandbox::SandboxSettings,
 }
 
 fn compile_bytes_regex(pattern: &str, variable: &str) -> Result<regex::bytes::Regex, String> {
@@ -164,8 +173,19 @@ impl Policy {
             );
         }
 
+        let sandbox = crate::sandbox::SandboxSettings::parse(
+            p.sandbox.as_deref(),
+            p.sandbox_network.as_deref(),
+        )?;
+        let sandbox_floor = crate::sandbox::SandboxSettings::parse(
+            floor.sandbox.as_deref(),
+            floor.sandbox_network.as_deref(),
+        )
+        .map_err(|e| format!("the config file's [policy] sandbox: {e}"))?;
         let cap = |v: u64, limit: Option<u64>| limit.map_or(v, |l| v.min(l));
         Ok(Policy {
+            sandbox,
+            sandbox_floor,
             blocked_side_effects: blocked,
             deny,
             allow,
@@ -388,6 +408,23 @@ impl Policy {
             )));
         }
         Ok(resolved)
+    }
+
+    /// Where the grant of a command declaring `declared` comes from: the session's settings,
+    /// narrowed by the daemon's floor; the workspace is the allowed cwd roots, else
+    /// `default_cwd` (resolved). The caller's own sandbox is added by the handler.
+    pub fn sandbox_origin(
+        &self,
+        declared: &[String],
+        default_cwd: &Path,
+    ) -> crate::sandbox::Origin {
+        crate::sandbox::Origin {
+            settings: self.sandbox.clone(),
+            floor: self.sandbox_floor.clone(),
+            caller: None,
+            workspace: crate::sandbox::workspace_of(&self.allowed_cwds, default_cwd),
+            declared: declared.to_vec(),
+        }
     }
 
     /// Whether a resolved cwd lies inside the allowed roots (component-wise: `/a/b` does not

@@ -134,7 +134,15 @@ pub fn launch(
         None => (None, None),
     };
     let (proc, control_rx, stdin_rx) =
-        managed(facts, identity, started, output, running_slot, terminal);
+        managed(
+            facts,
+            identity,
+            started,
+            output,
+            running_slot,
+            terminal,
+            Some(held.holder),
+        );
     let control = link.control.clone();
     let output_done = link.output_done;
     let detach = ctx.detach.clone();
@@ -207,6 +215,7 @@ fn managed(
     output: Arc<OutputLog>,
     running_slot: crate::limits::RunningSlot,
     terminal: Option<Arc<Terminal>>,
+    holder: Option<Identity>,
 ) -> (
     Arc<ManagedProcess>,
     mpsc::Receiver<Control>,
@@ -224,6 +233,9 @@ fn managed(
         stdin: std::sync::Mutex::new(Some(stdin_tx)),
         running_slot: std::sync::Mutex::new(Some(running_slot)),
         terminal,
+        holder,
+        denied: std::sync::OnceLock::new(),
+        proxy_stop: std::sync::Mutex::new(None),
     });
     (proc, control_rx, stdin_rx)
 }
@@ -397,12 +409,40 @@ impl<T: ProcessTree> Actor<T> {
     /// record. The only place `settled` becomes true.
     fn settle(&mut self, next: Phase, descendants: u32) {
         debug_assert!(next.settled());
+        // Before the result is published: the answer that reports the failure names the denial.
+        self.note_denial();
         self.update(|s| {
             s.settled = true;
             s.descendants = descendants;
         });
         self.persist();
         self.phase = next;
+    }
+
+    /// A sandboxed command that failed: the denial its last output shows, if any
+    /// (`crate::sandbox::denials`), kept for every later answer.
+    fn note_denial(&self) {
+        let Some(confinement) = self.proc.facts.sandbox.as_ref() else {
+            return;
+        };
+        if !matches!(self.proc.state.borrow().exit, Some(ExitHow::Code(c)) if c != 0) {
+            return;
+        }
+        let tail = self.proc.output.read(&crate::output::ReadQuery {
+            since: None,
+            max_bytes: crate::sandbox::denials::TAIL_BYTES,
+            streams: crate::output::StreamFilter::Both,
+            tail_lines: None,
+            use_spool: false,
+        });
+        let mut text = tail.stdout;
+        text.push(b'\n');
+        text.extend_from_slice(&tail.stderr);
+        if let Some(line) =
+            crate::sandbox::denials::explain(confinement, &text, &self.proc.facts.cwd)
+        {
+            let _ = self.proc.denied.set(line);
+        }
     }
 
     async fn run(mut self, exit: oneshot::Receiver<ExitHow>) {

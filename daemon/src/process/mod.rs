@@ -7,10 +7,13 @@
 //! themselves, so a client that disconnects mid-call leaves nothing half-done.
 
 pub mod actor;
+#[cfg(unix)]
+mod exec_line;
 #[cfg(any(target_os = "macos", test))]
 pub mod darwin;
 pub mod input_wait;
 mod io;
+pub mod launch;
 #[cfg(windows)]
 pub mod job;
 pub mod listening;
@@ -196,6 +199,13 @@ pub struct ManagedProcess {
     running_slot: std::sync::Mutex<Option<crate::limits::RunningSlot>>,
     /// Terminal mode (DESIGN §9): the PTY master and the rendered screen; `None` on pipes.
     pub terminal: Option<Arc<terminal::Terminal>>,
+    /// Its holder (`None`: restored from a record, or on Windows): a client whose process runs
+    /// under it is this process's descendant, and gets no more than its sandbox.
+    pub holder: Option<Identity>,
+    /// Sandboxed and failed: the denial its output showed, once settled (`sandbox::denials`).
+    pub denied: std::sync::OnceLock<String>,
+    /// Cancels its allowlist proxy (when it has one) once its actor has let go.
+    pub proxy_stop: std::sync::Mutex<Option<tokio_util::sync::CancellationToken>>,
 }
 
 /// What never changes about a process: shared by its handle, its actor and its records.
@@ -216,6 +226,8 @@ pub struct ProcessFacts {
     /// It runs on a terminal: kept in the record, so an ended terminal process restored by a
     /// later daemon (its terminal gone) still says so and reads as a terminal shows it.
     pub tty: bool,
+    /// What it may do when it runs sandboxed (README, "Sandbox"); `None`: unsandboxed.
+    pub sandbox: Option<Arc<crate::sandbox::Confinement>>,
 }
 
 impl ProcessFacts {
@@ -232,6 +244,10 @@ impl ProcessFacts {
             started_at: SystemTime::UNIX_EPOCH
                 + Duration::from_millis(u64::try_from(record.started_at_ms).unwrap_or(0)),
             tty: record.tty,
+            sandbox: record
+                .sandbox
+                .as_ref()
+                .map(|s| Arc::new(crate::sandbox::Confinement::from_record(s))),
         }
     }
 
@@ -271,6 +287,7 @@ impl ProcessFacts {
             ended_by: state.ended_by,
             lost_reason: state.lost_reason,
             tty: self.tty,
+            sandbox: self.sandbox.as_ref().map(|s| s.to_record()),
         }
     }
 }
@@ -299,6 +316,9 @@ impl ManagedProcess {
             running_slot: std::sync::Mutex::new(None),
             // An ended process's terminal is gone with it.
             terminal: None,
+            holder: None,
+            denied: std::sync::OnceLock::new(),
+            proxy_stop: std::sync::Mutex::new(None),
         }
     }
 
@@ -328,6 +348,14 @@ impl ManagedProcess {
         self.stdin.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(t) = self.terminal.as_ref() {
             t.release();
+        }
+        if let Some(stop) = self
+            .proxy_stop
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            stop.cancel();
         }
     }
 
@@ -505,6 +533,11 @@ impl ManagedProcess {
                 .map(|m| m.echo_off && m.canonical),
             cols: size.map_or(0, |s| u32::from(s.cols)),
             rows: size.map_or(0, |s| u32::from(s.rows)),
+            sandbox: self
+                .facts
+                .sandbox
+                .as_ref()
+                .map(|s| s.to_pb(self.denied.get().map(String::as_str))),
         }
     }
 

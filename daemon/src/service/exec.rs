@@ -6,8 +6,7 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::ids::is_client_process_id;
@@ -18,18 +17,11 @@ use super::output::{outcome_fields, until_matcher, wait_until_match};
 use super::{
     ControlService, MAX_DURATION_MS, MAX_WRITE_BYTES, at_most, clamp_output_bytes, output_to_pb,
 };
-#[cfg(unix)]
-use crate::holder::HoldSpec;
-#[cfg(unix)]
-use crate::holder::link;
-use crate::output::{OutputLog, ReadQuery, StreamFilter};
+use crate::output::{ReadQuery, StreamFilter};
 use crate::policy::Refusal;
 use crate::policy::redact::Redactor;
-use crate::process::actor::{self, ActorContext};
 use crate::process::terminal::TermSize;
-use crate::process::{
-    ManagedProcess, ProcessFacts, Status, input_wait, live_facts, new_process_id, terminal,
-};
+use crate::process::{ManagedProcess, Status, input_wait, launch, live_facts, terminal};
 use crate::session::{Session, check_env_size};
 
 fn refused(r: Refusal) -> pb::ExecResponse {
@@ -151,6 +143,7 @@ fn exec_status(status: Status) -> pb::ExecStatus {
 
 pub(super) async fn exec(
     svc: &ControlService,
+    caller: Option<crate::sandbox::Grant>,
     mut req: pb::ExecRequest,
 ) -> Result<pb::ExecResponse, tonic::Status> {
     let d = &svc.daemon;
@@ -218,6 +211,20 @@ pub(super) async fn exec(
         Ok(t) => t,
         Err(r) => return Ok(refused(r)),
     };
+    // What the declaration grants (README, "Sandbox"), narrowed by the daemon's floor and by the
+    // sandbox of the client that asks, when it runs inside one.
+    let mut origin = policy.sandbox_origin(&req.side_effects, &session.default_cwd);
+    origin.caller = caller;
+    let grant = origin.grant();
+    let sandbox = (!grant.is_unrestricted()).then_some((grant, origin));
+    #[cfg(windows)]
+    if sandbox.is_some() {
+        return Ok(refused(Refusal::new(
+            ErrorKind::SandboxUnavailable,
+            "the sandbox is not available on Windows (YIELDSHELL_SANDBOX is not off for this \
+             session): the command did not run",
+        )));
+    }
     // A program on a terminal looks at TERM to decide how to draw; the emulator is an xterm.
     if terminal.is_some() && !env.iter().any(|(k, _)| k == "TERM") {
         env.push(("TERM".into(), "xterm-256color".into()));
@@ -253,7 +260,7 @@ pub(super) async fn exec(
 
     // The start is a task of its own, registration included: a client that vanishes while it is
     // awaited leaves a registered process, never a half-started one.
-    let start_req = StartRequest {
+    let start_req = launch::StartRequest {
         wanted_id: requested_id(&req).map(str::to_string),
         name: req.name.clone().unwrap_or_default(),
         command: req.command.clone(),
@@ -261,12 +268,13 @@ pub(super) async fn exec(
         env,
         redactor,
         timeout,
+        sandbox,
         terminal,
         shell: req.shell.clone(),
     };
-    let (svc_for_start, session_for_start) = (svc.clone(), session.clone());
+    let (daemon, session_for_start) = (svc.daemon.clone(), session.clone());
     let started =
-        tokio::spawn(async move { start(&svc_for_start, &session_for_start, start_req).await })
+        tokio::spawn(async move { launch::start(&daemon, &session_for_start, start_req).await })
             .await;
     let proc = match started {
         Ok(Ok(p)) => p,
@@ -388,43 +396,6 @@ async fn input_wanted(
     }
 }
 
-/// One `exec` between its limit check and its registration (see `Daemon::starts_in_flight`).
-struct StartInFlight<'a>(&'a crate::Daemon);
-
-impl<'a> StartInFlight<'a> {
-    fn enter(d: &'a crate::Daemon) -> StartInFlight<'a> {
-        d.starts_in_flight
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        StartInFlight(d)
-    }
-}
-
-impl Drop for StartInFlight<'_> {
-    fn drop(&mut self) {
-        self.0
-            .starts_in_flight
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
-}
-
-/// What [`start`] needs of an `exec` that passed the policy.
-struct StartRequest {
-    wanted_id: Option<String>,
-    name: String,
-    command: Vec<u8>,
-    cwd: PathBuf,
-    env: Vec<(OsString, OsString)>,
-    redactor: Option<Arc<Redactor>>,
-    timeout: Option<Duration>,
-    /// Windows refuses `tty` before a request is made (no ConPTY yet).
-    #[cfg_attr(windows, allow(dead_code))]
-    terminal: Option<TermSize>,
-    /// The request's `shell`: on Windows, `powershell`/`pwsh` selects PowerShell; elsewhere
-    /// commands always run with `/bin/sh -c`.
-    #[cfg_attr(unix, allow(dead_code))]
-    shell: Option<String>,
-}
-
 /// The terminal an `exec` asks for (`tty`, with `cols`/`rows` or the default size); sizes
 /// given without `tty` are refused rather than ignored.
 fn terminal_of(req: &pb::ExecRequest) -> Result<Option<TermSize>, Refusal> {
@@ -443,278 +414,6 @@ fn terminal_of(req: &pb::ExecRequest) -> Result<Option<TermSize>, Refusal> {
     terminal::requested_size(req.cols, req.rows, terminal::DEFAULT_SIZE)
         .map(Some)
         .map_err(invalid)
-}
-
-/// Starts and registers a process. Its blocking steps are short (a lock, a `mkdir`, a queued
-/// record, one socket write to an idle holder); what may take long runs on the blocking pool
-/// (`holder::link::start`).
-async fn start(
-    svc: &ControlService,
-    session: &Session,
-    mut req: StartRequest,
-) -> Result<Arc<ManagedProcess>, Refusal> {
-    let d = &svc.daemon;
-    let limit = |m: String| Refusal {
-        kind: ErrorKind::LimitReached,
-        message: m,
-    };
-    // Only the limit check and the taking of a running slot are under the lock, so concurrent
-    // execs cannot overshoot the limits; the slot is given back if anything below fails.
-    let (slot, _in_flight) = {
-        let _guard = d.spawn_lock.lock().unwrap_or_else(|e| e.into_inner());
-        if d.shutdown.is_cancelled() {
-            return Err(Refusal::new(
-                ErrorKind::ShuttingDown,
-                "yieldshelld is shutting down",
-            ));
-        }
-        let (total, mine) = d.running.get(&session.id);
-        if mine >= session.policy.max_processes as usize {
-            return Err(limit(format!(
-                "this session already runs {mine} processes (YIELDSHELL_MAX_PROCESSES={}); stop one or wait for it first",
-                session.policy.max_processes
-            )));
-        }
-        let global = d.config.file.max_running_processes();
-        if total >= global as usize {
-            return Err(limit(format!(
-                "the daemon already runs {total} processes (its max_running_processes is {global})"
-            )));
-        }
-        (d.running.take(&session.id), StartInFlight::enter(d))
-    };
-    let in_use = |id: &str| Refusal {
-        kind: ErrorKind::InvalidArgument,
-        message: format!("process_id {id} is already in use"),
-    };
-    let wanted = req.wanted_id.as_deref();
-    // The process directory is the reservation: it is created atomically and never reused, so
-    // two concurrent execs cannot both claim an id.
-    let mut id = match wanted {
-        Some(w) if d.registry.contains(w) => return Err(in_use(w)),
-        Some(w) => w.to_string(),
-        None => {
-            let mut id = new_process_id();
-            while d.registry.contains(&id) {
-                id = new_process_id();
-            }
-            id
-        }
-    };
-    let internal = |what: &str, e: std::io::Error| Refusal {
-        kind: ErrorKind::SpawnFailed,
-        message: format!("{what}: {e}"),
-    };
-    // The directory is created before the spawn and never reused: its existence is what lets a
-    // restarted daemon find this process should the daemon crash right after the spawn. An idle
-    // holder from the pool (Unix) usually brings one: its spare directory, renamed into place.
-    #[cfg(unix)]
-    #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
-    let mut idle = d.holders.take_idle();
-    let dir = loop {
-        #[cfg(target_os = "linux")]
-        if let Some(spare) = idle.as_ref().and_then(|i| i.spare_dir()) {
-            match d.store.claim_dir(spare, &id) {
-                Ok(dir) => break dir,
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match wanted {
-                    Some(w) => return Err(in_use(w)),
-                    None => id = new_process_id(),
-                },
-                Err(e) => {
-                    // A holder is only ever given the directory it waits in: this one goes (it
-                    // exits, removing its spare), and the directory is made the usual way.
-                    tracing::warn!("moving a spare holder directory into place failed: {e}");
-                    idle = None;
-                }
-            }
-            continue;
-        }
-        match d.store.create_dir(&id) {
-            Ok(dir) => break dir,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match wanted {
-                Some(w) => return Err(in_use(w)),
-                None => id = new_process_id(),
-            },
-            Err(e) => return Err(internal("creating the process directory", e)),
-        }
-    };
-    // What is stored and shown (ps, info, record.json) is redacted as output is; what runs is
-    // the command as sent.
-    let (name, shown_command) = match req.redactor.as_ref() {
-        Some(r) => (
-            String::from_utf8_lossy(&r.redact(req.name.as_bytes())).into_owned(),
-            r.redact(&req.command),
-        ),
-        None => (std::mem::take(&mut req.name), req.command.clone()),
-    };
-    let facts = Arc::new(ProcessFacts {
-        id,
-        session_id: session.id.clone(),
-        name,
-        command: shown_command,
-        cwd: std::mem::take(&mut req.cwd),
-        started_at: SystemTime::now(),
-        tty: req.terminal.is_some(),
-    });
-    // Queued before the spawn, so the record exists (with the command) for the next daemon even
-    // if this one crashes right after; the directory alone already would.
-    d.store.save(&facts.starting_record());
-    crate::faults::delay_spawn(&req.command).await; // tests only (RELIABILITY F3)
-    #[cfg(unix)]
-    let (proc, handle) = spawn_and_launch(d, session, facts, slot, &dir, idle, req).await?;
-    #[cfg(windows)]
-    let (proc, handle) = spawn_and_launch(d, session, facts, slot, &dir, req).await?;
-    d.registry.insert(proc.clone());
-    d.track_actor(proc.clone(), handle);
-    tracing::info!(process_id = %proc.facts.id, pid = proc.state().identity.map(|i| i.pid), session = %session.id, "started");
-    Ok(proc)
-}
-
-/// A started process and its actor's handle.
-type Launched = (Arc<ManagedProcess>, tokio::task::JoinHandle<()>);
-
-/// Unix: starts the command under a holder (DESIGN §10) and the actor on the holder's link.
-#[cfg(unix)]
-async fn spawn_and_launch(
-    d: &crate::Daemon,
-    session: &Session,
-    facts: Arc<ProcessFacts>,
-    slot: crate::limits::RunningSlot,
-    dir: &std::path::Path,
-    idle: Option<link::Idle>,
-    req: StartRequest,
-) -> Result<Launched, Refusal> {
-    use std::os::unix::ffi::OsStringExt;
-    let internal = |what: &str, e: std::io::Error| Refusal {
-        kind: ErrorKind::SpawnFailed,
-        message: format!("{what}: {e}"),
-    };
-    let spool_cap = d.config.file.spool_max_bytes();
-    let spec = HoldSpec {
-        process_id: facts.id.clone(),
-        dir: os_bytes(dir.as_os_str()),
-        command: super::exec_line::exec_single(req.command),
-        cwd: os_bytes(facts.cwd.as_os_str()),
-        env: req
-            .env
-            .into_iter()
-            .map(|(k, v)| (k.into_vec(), v.into_vec()))
-            .collect(),
-        redact: req.redactor.as_ref().map_or_else(Vec::new, |r| {
-            r.pairs().map(|(s, r)| (s.to_vec(), r.to_vec())).collect()
-        }),
-        // spool_max_bytes = 0 turns the disk spool off.
-        spool_cap,
-        terminal: req.terminal,
-    };
-    let held = link::start(&d.holders, idle, &spec).await;
-    // The pool is refilled once the exec has answered; only a burst that emptied it refills now.
-    if d.holders.is_empty() {
-        d.holders.refill_later();
-    }
-    let held = match held {
-        Ok(h) => h,
-        Err(e) => {
-            d.store.remove(&facts.id);
-            return Err(internal("could not start /bin/sh", e));
-        }
-    };
-    let output = Arc::new(OutputLog::held(
-        usize::try_from(session.policy.max_buffer_bytes).unwrap_or(usize::MAX),
-        (spool_cap > 0).then_some(dir),
-    ));
-    let ctx = ActorContext {
-        timing: d.config.file.timing(),
-        store: d.store.clone(),
-        shutdown: d.shutdown.clone(),
-        detach: d.detach.clone(),
-        reaper: d.reaper.clone(),
-    };
-    let (holder_pid, shell_pid) = (held.holder.pid, held.shell().pid);
-    let (proc, handle) = match actor::launch(facts, slot, held, output, req.timeout, ctx) {
-        Ok(launched) => launched,
-        Err(e) => {
-            // Never leave a process running that nobody supervises: the shell's group and its
-            // holder go.
-            use nix::sys::signal::{Signal, kill, killpg};
-            use nix::unistd::Pid;
-            let _ = killpg(Pid::from_raw(shell_pid), Signal::SIGKILL);
-            let _ = kill(Pid::from_raw(holder_pid), Signal::SIGKILL);
-            return Err(internal("could not supervise the process", e));
-        }
-    };
-    Ok((proc, handle))
-}
-
-/// Windows: starts the command in a Job Object of its own (`process::job`) and the actor on its
-/// pipes. No holder: the process ends with the daemon. Creating the process is blocking work
-/// and runs off the runtime's workers.
-#[cfg(windows)]
-async fn spawn_and_launch(
-    d: &crate::Daemon,
-    session: &Session,
-    facts: Arc<ProcessFacts>,
-    slot: crate::limits::RunningSlot,
-    dir: &std::path::Path,
-    req: StartRequest,
-) -> Result<Launched, Refusal> {
-    let powershell = req
-        .shell
-        .as_deref()
-        .map(|s| s.trim().to_ascii_lowercase())
-        .is_some_and(|s| {
-            matches!(
-                s.as_str(),
-                "powershell" | "powershell.exe" | "pwsh" | "pwsh.exe"
-            )
-        });
-    let spec = crate::process::job::JobSpec {
-        command: req.command,
-        powershell,
-        cwd: facts.cwd.clone(),
-        env: req.env,
-        process_id: facts.id.clone(),
-    };
-    let started = match tokio::task::spawn_blocking(move || crate::process::job::spawn(&spec))
-        .await
-        .map_err(std::io::Error::other)
-        .and_then(|r| r)
-    {
-        Ok(s) => s,
-        Err(e) => {
-            d.store.remove(&facts.id);
-            let shell = if powershell {
-                "powershell.exe"
-            } else {
-                "cmd.exe"
-            };
-            return Err(Refusal {
-                kind: ErrorKind::SpawnFailed,
-                message: format!("could not start {shell}: {e}"),
-            });
-        }
-    };
-    let spool_cap = d.config.file.spool_max_bytes();
-    let output = Arc::new(OutputLog::new(
-        usize::try_from(session.policy.max_buffer_bytes).unwrap_or(usize::MAX),
-        (spool_cap > 0).then_some(dir),
-        spool_cap,
-    ));
-    let ctx = ActorContext {
-        timing: d.config.file.timing(),
-        store: d.store.clone(),
-        shutdown: d.shutdown.clone(),
-        detach: d.detach.clone(),
-    };
-    Ok(actor::launch(
-        facts,
-        slot,
-        started,
-        output,
-        req.redactor,
-        req.timeout,
-        ctx,
-    ))
 }
 
 fn respond(proc: &ManagedProcess, max_out: usize, yield_ms: u64) -> pb::ExecResponse {

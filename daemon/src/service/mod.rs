@@ -5,13 +5,12 @@
 //! when tonic drops them because the client went away: every side effect happens inside an actor
 //! (or, for `exec`, synchronously before the first `.await` that could be cancelled).
 //!
-//! One file per group of calls: [`exec`], [`output`] (read, follow, wait), [`procs`] (write,
+//! One file per group of calls: [`exec`] (its start is `crate::process::launch`), [`output`] (read, follow, wait), [`procs`] (write,
 //! stop, list, cleanup), [`admin`] (hello, status, sessions, shutdown).
 
 mod admin;
+mod caller;
 mod exec;
-#[cfg(unix)]
-mod exec_line;
 mod output;
 mod procs;
 
@@ -140,7 +139,10 @@ impl Control for ControlService {
         &self,
         req: Request<pb::ExecRequest>,
     ) -> Result<Response<pb::ExecResponse>, Status> {
-        exec::exec(self, req.into_inner()).await.map(Response::new)
+        let caller = caller::grant_of(&self.daemon, &req);
+        exec::exec(self, caller, req.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn read(
@@ -165,7 +167,8 @@ impl Control for ControlService {
         &self,
         req: Request<pb::WriteRequest>,
     ) -> Result<Response<pb::WriteResponse>, Status> {
-        procs::write(self, req.into_inner())
+        let caller = caller::grant_of(&self.daemon, &req);
+        procs::write(self, caller.as_ref(), req.into_inner())
             .await
             .map(Response::new)
     }
@@ -183,7 +186,10 @@ impl Control for ControlService {
         &self,
         req: Request<pb::StopRequest>,
     ) -> Result<Response<pb::StopResponse>, Status> {
-        procs::stop(self, req.into_inner()).await.map(Response::new)
+        let caller = caller::grant_of(&self.daemon, &req);
+        procs::stop(self, caller.as_ref(), req.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn list(
@@ -197,13 +203,17 @@ impl Control for ControlService {
         &self,
         req: Request<pb::CleanupRequest>,
     ) -> Result<Response<pb::CleanupResponse>, Status> {
-        procs::cleanup(self, req.into_inner()).map(Response::new)
+        let caller = caller::grant_of(&self.daemon, &req);
+        procs::cleanup(self, caller.as_ref(), req.into_inner()).map(Response::new)
     }
 
     async fn shutdown(
         &self,
         req: Request<pb::ShutdownRequest>,
     ) -> Result<Response<pb::ShutdownResponse>, Status> {
+        if caller::grant_of(&self.daemon, &req).is_some() {
+            return Err(caller::denied("shutdown"));
+        }
         Ok(Response::new(admin::shutdown(self, &req.into_inner())))
     }
 }

@@ -7,6 +7,7 @@ use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::pb;
 use yieldshell_proto::session_config::DEFAULT_CLEANUP_OLDER_THAN_MS;
 
+use crate::sandbox::Grant;
 use super::{ControlService, MAX_WRITE_BYTES, at_most};
 use crate::process::{ManagedProcess, Status, StopReason, live_facts, terminal, tree};
 use crate::session::Session;
@@ -19,10 +20,15 @@ const MAX_FORCE_AFTER_MS: u64 = 600_000;
 
 pub(super) async fn write(
     svc: &ControlService,
+    caller: Option<&Grant>,
     req: pb::WriteRequest,
 ) -> Result<pb::WriteResponse, tonic::Status> {
     let session = svc.daemon.sessions.get(&req.session_id)?;
     let proc = svc.lookup(&session, &req.process_id)?;
+    // Input is what a wider-sandboxed process (a shell, a REPL) would run for a sandboxed one.
+    if !super::caller::may_act_on(caller, &proc) {
+        return Err(super::caller::denied("write"));
+    }
     if req.input.len() > MAX_WRITE_BYTES {
         return Err(ErrorKind::InvalidArgument.status(format!(
             "input is {} bytes; at most {MAX_WRITE_BYTES} bytes per write",
@@ -107,10 +113,14 @@ fn describe_end(p: &ManagedProcess) -> String {
 
 pub(super) async fn stop(
     svc: &ControlService,
+    caller: Option<&Grant>,
     req: pb::StopRequest,
 ) -> Result<pb::StopResponse, tonic::Status> {
     let session = svc.daemon.sessions.get(&req.session_id)?;
     let proc = svc.lookup(&session, &req.process_id)?;
+    if !super::caller::may_act_on(caller, &proc) {
+        return Err(super::caller::denied("stop"));
+    }
     let name = if req.signal.trim().is_empty() {
         "SIGTERM"
     } else {
@@ -212,6 +222,7 @@ pub(super) async fn list(
 
 pub(super) fn cleanup(
     svc: &ControlService,
+    caller: Option<&Grant>,
     req: pb::CleanupRequest,
 ) -> Result<pb::CleanupResponse, tonic::Status> {
     let session = svc.daemon.sessions.get(&req.session_id)?;
@@ -239,6 +250,10 @@ pub(super) fn cleanup(
         };
         let ended = state.ended_at.unwrap_or(p.facts.started_at);
         if now.duration_since(ended).unwrap_or_default() < threshold {
+            continue;
+        }
+        // A sandboxed caller cleans up only processes no freer than itself.
+        if !super::caller::may_act_on(caller, &p) {
             continue;
         }
         svc.daemon.forget(&p.facts.id);

@@ -54,6 +54,7 @@ fn start(timeout: Option<Duration>) -> Harness {
         cwd: dir.path().to_path_buf(),
         started_at: std::time::SystemTime::now(),
         tty: false,
+        sandbox: None,
     };
     let output = Arc::new(OutputLog::new(1 << 16, None, 0));
     let slot = Arc::new(RunningCounts::default()).take("sess_test");
@@ -63,6 +64,7 @@ fn start(timeout: Option<Duration>) -> Harness {
         std::time::Instant::now(),
         output,
         slot,
+        None,
         None,
     );
     let eof = channels.eof;

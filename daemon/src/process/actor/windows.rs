@@ -35,7 +35,7 @@ pub fn launch(
         start_time: 0,
     };
     let (proc, control_rx, stdin_rx) =
-        managed(facts, identity, now, output.clone(), running_slot, None);
+        managed(facts, identity, now, output.clone(), running_slot, None, None);
     tree::register(&proc.facts.id, &started.job);
     let out = tokio::spawn(read_into(
         started.stdout,
