@@ -55,7 +55,8 @@ pub async fn ps(ctx: &Ctx, a: PsArgs) -> anyhow::Result<u8> {
     }
     let mut table = render::Table::new(
         vec![
-            "ID", "PID", "STATUS", "TTY", "EXIT", "STARTED", "TIME", "PORTS", "NAME", "COMMAND",
+            "ID", "PID", "STATUS", "TTY", "EXIT", "STARTED", "TIME", "PORTS", "SANDBOX", "NAME",
+            "COMMAND",
         ],
         ctx.color,
     );
@@ -89,6 +90,7 @@ pub async fn ps(ctx: &Ctx, a: PsArgs) -> anyhow::Result<u8> {
             (render::ago(now, p.started_at_unix_ms), None),
             (render::duration_ms(p.duration_ms), None),
             (ports(&p.listening), None),
+            (sandbox(p.sandbox.as_ref()), None),
             (
                 if p.name.is_empty() {
                     "-".into()
@@ -102,6 +104,16 @@ pub async fn ps(ctx: &Ctx, a: PsArgs) -> anyhow::Result<u8> {
     }
     render::stdout_bytes(table.render().as_bytes())?;
     Ok(exit::OK)
+}
+
+/// The SANDBOX column: where it may write and what it may reach (`workspace/off`,
+/// `read-only/allowlist`, `workspace+git/on`), `-` when it runs unsandboxed.
+fn sandbox(s: Option<&pb::Sandbox>) -> String {
+    match s {
+        Some(s) if s.git_writable => format!("{}+git/{}", s.files, s.network),
+        Some(s) => format!("{}/{}", s.files, s.network),
+        None => "-".into(),
+    }
 }
 
 /// The PORTS column: the ports of the listening addresses, each once, in their order (by port);

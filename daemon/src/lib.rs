@@ -41,8 +41,8 @@ pub mod policy;
 pub mod process;
 pub mod record;
 pub mod recovery;
-pub mod sandbox;
 pub mod registry;
+pub mod sandbox;
 pub mod service;
 pub mod session;
 #[cfg(unix)]
@@ -64,11 +64,11 @@ use yieldshell_proto::pb::control_server::ControlServer;
 
 use crate::config::DaemonConfig;
 use crate::lock::InstanceLock;
-#[cfg(unix)]
-use crate::spawn::reaper::{self, Reaper};
 use crate::record::RecordStore;
 use crate::registry::Registry;
 use crate::session::Sessions;
+#[cfg(unix)]
+use crate::spawn::reaper::{self, Reaper};
 pub use crate::state::Daemon;
 use crate::state::RETENTION_TICK;
 

@@ -182,6 +182,15 @@ fn close_inherited_fds() {
 }
 
 fn real_main(args: Args) -> anyhow::Result<yieldshelld::Ended> {
+    // Before anything else: a daemon started from inside a sandboxed command (a shim that found
+    // none running) would re-adopt every holder, unsandboxed ones included.
+    #[cfg(target_os = "linux")]
+    if yieldshelld::sandbox::linux::inside_a_sandbox() {
+        anyhow::bail!(
+            "yieldshelld cannot run inside a YieldShell sandbox (this one was started by a \
+             sandboxed command); start it outside, or let a client outside the sandbox start it"
+        );
+    }
     // Windows needs none of these: handles are not inherited unless marked so, there is no
     // descriptor limit to speak of, and no signal dispositions to inherit.
     #[cfg(unix)]

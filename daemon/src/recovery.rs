@@ -70,6 +70,21 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
                         tracing::warn!(process_id = %record.process_id, "re-adopting failed: {e}");
                     }
                 },
+                Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+                    // A newer release's holder (a downgrade): left alone, running, its output
+                    // readable; its record untouched, for a daemon that speaks its protocol.
+                    tracing::warn!(process_id = %record.process_id, "not re-adopted: {e}");
+                    state.status = Status::Lost;
+                    state.lost_reason = Some(LostReason::NewerHolder);
+                    let output = Arc::new(OutputLog::restore(
+                        RESTORED_RING_BYTES,
+                        &daemon.store.dir(&record.process_id),
+                    ));
+                    daemon
+                        .registry
+                        .insert(Arc::new(ManagedProcess::restored(&record, state, output)));
+                    continue;
+                }
                 Err(e)
                     if e.kind() != std::io::ErrorKind::NotFound
                         && e.kind() != std::io::ErrorKind::ConnectionRefused =>
@@ -209,7 +224,13 @@ fn adopt(
     let slot = daemon.running.take(&record.session_id);
     tracing::info!(process_id = %record.process_id, pid = held.hello.shell_pid, holder = held.holder.pid, next_seq = held.hello.next_seq, "re-adopted");
     // The timeout of the `exec` that started it is not kept across daemons.
+    let mut held = held;
+    let listener = held.listener.take();
     let (proc, handle) = actor::launch(facts, slot, held, output, None, ctx)?;
+    // A sandboxed command's allowlist proxy, on the listener its holder kept.
+    if let Some(listener) = listener {
+        crate::process::launch::serve_proxy(&proc, listener);
+    }
     daemon.store.save(&proc.record());
     daemon.registry.insert(proc.clone());
     daemon.track_actor(proc, handle);

@@ -13,11 +13,11 @@ use crate::config::DaemonConfig;
 use crate::heap;
 use crate::limits::RunningCounts;
 use crate::process;
-#[cfg(unix)]
-use crate::spawn::reaper::Reaper;
 use crate::record::RecordStore;
 use crate::registry::Registry;
 use crate::session::Sessions;
+#[cfg(unix)]
+use crate::spawn::reaper::Reaper;
 
 /// State shared by every handler and task.
 #[derive(Debug)]
@@ -139,7 +139,11 @@ impl Daemon {
             .into_iter()
             .filter_map(|p| {
                 let s = p.state();
-                let ended = s.settled && s.descendants == 0 && s.status != process::Status::Running;
+                // One left for a daemon that speaks its holder's protocol keeps its record.
+                let ended = s.settled
+                    && s.descendants == 0
+                    && s.status != process::Status::Running
+                    && s.lost_reason != Some(process::LostReason::NewerHolder);
                 let ended_at = s.ended_at.unwrap_or(p.facts.started_at);
                 (ended && p.output.end().closed).then_some((p, ended_at))
             })

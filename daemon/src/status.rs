@@ -161,6 +161,10 @@ pub enum LostReason {
     SupervisorPanic,
     /// Its holder died (killed, or crashed) while the process ran; what was left was stopped.
     HolderDied,
+    /// Its holder speaks a newer holder protocol than this daemon (a downgrade): it is left
+    /// running, its output readable from disk, for a daemon that speaks its protocol. Only ever
+    /// in memory: the record keeps saying `running`, so that daemon re-adopts it.
+    NewerHolder,
     /// A word this daemon does not know (a newer daemon wrote it).
     #[serde(other)]
     Unknown,
@@ -175,6 +179,7 @@ impl LostReason {
             LostReason::RecordMissing => "record_missing",
             LostReason::SupervisorPanic => "supervisor_panic",
             LostReason::HolderDied => "holder_died",
+            LostReason::NewerHolder => "newer_holder",
             LostReason::Unknown => "unknown",
         }
     }

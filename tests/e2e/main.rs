@@ -44,6 +44,7 @@ mod reliability_output_race;
 mod reliability_security;
 mod reliability_spool;
 mod remote_ssh;
+mod sandbox;
 mod session_reconnect;
 mod shim;
 mod shim_jsonrpc;

@@ -21,8 +21,8 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use super::{HoldSpec, Kind};
-use crate::spawn::{Shell, enlarge_pipe, set_default_disposition, shell_strings};
 use crate::spawn::identity::{self, Identity};
+use crate::spawn::{Shell, enlarge_pipe, set_default_disposition, shell_strings};
 
 /// The descriptor the launcher reads its spec from.
 const SPEC_FD: RawFd = 3;

@@ -18,8 +18,8 @@ use tokio::sync::oneshot;
 use super::zygote::ForkError;
 use super::{Encoder, ExitNote, Hello, HoldSpec, Kind, SOCKET_NAME, stream_of};
 use crate::output::OutputLog;
-use crate::spawn::reaper::{ExitHow, Reaper};
 use crate::spawn::identity::{self, Identity};
+use crate::spawn::reaper::{ExitHow, Reaper};
 
 /// How long a holder may take to answer the first frame (it is a fresh exec, or a live process
 /// that only has to write a few bytes).

@@ -316,11 +316,21 @@ impl HoldSpec {
     pub fn spawn_spec(&self) -> crate::spawn::SpawnSpec {
         use std::os::unix::ffi::OsStrExt;
         let os = |b: &[u8]| std::ffi::OsStr::from_bytes(b).to_os_string();
+        // macOS enforces a sandbox through `sandbox-exec` (Linux's is entered in-process).
+        let wrapper = match &self.sandbox {
+            Some(plan) if cfg!(target_os = "macos") => vec![
+                crate::sandbox::seatbelt::SANDBOX_EXEC.into(),
+                "-p".into(),
+                crate::sandbox::seatbelt::profile(plan).into(),
+            ],
+            _ => Vec::new(),
+        };
         crate::spawn::SpawnSpec {
             command: self.command.clone(),
             cwd: os(&self.cwd).into(),
             env: self.env.iter().map(|(k, v)| (os(k), os(v))).collect(),
             process_id: self.process_id.clone(),
+            wrapper,
         }
     }
 
@@ -586,9 +596,7 @@ impl Hello {
             // Absent from a holder of an earlier version: pipes.
             terminal: d.u8().is_ok_and(|b| b != 0),
             // Absent from a version-1 holder, which named no version.
-            protocol: d
-                .u64()
-                .map_or(1, |v| u32::try_from(v).unwrap_or(u32::MAX)),
+            protocol: d.u64().map_or(1, |v| u32::try_from(v).unwrap_or(u32::MAX)),
             listener: d.u8().is_ok_and(|b| b != 0),
         })
     }

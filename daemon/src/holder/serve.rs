@@ -31,9 +31,9 @@ use super::{
 use crate::output::Stream;
 use crate::output::spool::{SpoolBuffer, SpoolFiles};
 use crate::policy::redact::{RedactStream, Redactor};
+use crate::spawn::identity::{self, Identity};
 use crate::spawn::reaper::ExitHow;
 use crate::spawn::{Shell, spawn_shell};
-use crate::spawn::identity::{self, Identity};
 
 /// Queued bytes for the daemon above which the pipes are not read.
 const BACKLOG_LIMIT: usize = 1 << 20;
@@ -763,13 +763,50 @@ impl Holder {
                 Err(_) => break,
             }
         }
-        // The newest daemon wins (the instance lock lets only one run at a time).
+        // The newest daemon wins (the instance lock lets only one run at a time). Never a
+        // sandboxed process: one that reached this socket (no namespaces hid it) would get the
+        // command's stdin and take the holder from its daemon.
         for sock in accepted {
+            if more_confined_than_me(&sock) {
+                continue;
+            }
             if self.connect(sock).is_err() {
                 self.conn = None;
             }
         }
     }
+}
+
+/// Whether the peer of `sock` is more confined than this holder: `no_new_privs` it lacks, or
+/// more seccomp filters (a sandboxed command has both; a daemon has what the holder inherited
+/// from it). Linux; elsewhere nothing tells, and no sandbox hides behind `no_new_privs`.
+#[cfg(target_os = "linux")]
+fn more_confined_than_me(sock: &UnixStream) -> bool {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let Ok(cred) = getsockopt(sock, PeerCredentials) else {
+        return true;
+    };
+    let level = |pid: &str| -> Option<(u32, u32)> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse::<u32>().ok())
+                .unwrap_or(0)
+        };
+        Some((field("NoNewPrivs:"), field("Seccomp_filters:")))
+    };
+    match (level(&cred.pid().to_string()), level("self")) {
+        (Some(peer), Some(me)) => peer.0 > me.0 || peer.1 > me.1,
+        // A peer gone already is no daemon to serve.
+        _ => true,
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn more_confined_than_me(_sock: &UnixStream) -> bool {
+    false
 }
 
 /// One non-blocking `recvmsg` of up to 4 KiB from the daemon into `buf`, keeping any
@@ -837,7 +874,10 @@ fn bind_socket() -> io::Result<UnixListener> {
 /// Starts the shell the usual way (no launcher: an unprepared holder, or a terminal), under the
 /// user's umask rather than the holder's; a sandboxed one is forked and enters its sandbox first
 /// (Linux), and may return its proxy listener.
-fn spawn(spec: &HoldSpec, user_umask: nix::sys::stat::Mode) -> io::Result<(Shell, Option<OwnedFd>)> {
+fn spawn(
+    spec: &HoldSpec,
+    user_umask: nix::sys::stat::Mode,
+) -> io::Result<(Shell, Option<OwnedFd>)> {
     use nix::sys::stat::umask;
     #[cfg(target_os = "linux")]
     if spec.sandbox.is_some() {
@@ -845,6 +885,15 @@ fn spawn(spec: &HoldSpec, user_umask: nix::sys::stat::Mode) -> io::Result<(Shell
         return super::launcher::spawn_sandboxed(spec, user_umask.bits(), pty);
     }
     let shell_spec = spec.spawn_spec();
+    // Seatbelt (macOS) needs the private temp dir made here; Linux's sandbox makes its own.
+    #[cfg(not(target_os = "linux"))]
+    if let Some(plan) = &spec.sandbox {
+        use std::os::unix::fs::DirBuilderExt;
+        match std::fs::DirBuilder::new().mode(0o700).create(&plan.tmp) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+    }
     // The holder is single-threaded: nothing else creates a file while the umask is the user's.
     let holders = umask(user_umask);
     let started = match spec.terminal {

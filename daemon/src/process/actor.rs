@@ -133,16 +133,15 @@ pub fn launch(
         Some(fd) => (Some(Box::new(pipe::Sender::from_owned_fd(fd)?)), None),
         None => (None, None),
     };
-    let (proc, control_rx, stdin_rx) =
-        managed(
-            facts,
-            identity,
-            started,
-            output,
-            running_slot,
-            terminal,
-            Some(held.holder),
-        );
+    let (proc, control_rx, stdin_rx) = managed(
+        facts,
+        identity,
+        started,
+        output,
+        running_slot,
+        terminal,
+        Some(held.holder),
+    );
     let control = link.control.clone();
     let output_done = link.output_done;
     let detach = ctx.detach.clone();

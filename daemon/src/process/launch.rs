@@ -347,7 +347,9 @@ pub fn serve_proxy(proc: &ManagedProcess, listener: std::os::fd::OwnedFd) {
         Ok(_) => {
             *proc.proxy_stop.lock().unwrap_or_else(|e| e.into_inner()) = Some(stop);
         }
-        Err(e) => tracing::warn!(process_id = %proc.facts.id, "the allowlist proxy did not start: {e}"),
+        Err(e) => {
+            tracing::warn!(process_id = %proc.facts.id, "the allowlist proxy did not start: {e}")
+        }
     }
 }
 
@@ -504,4 +506,3 @@ async fn spawn_and_launch(
         ctx,
     ))
 }
-

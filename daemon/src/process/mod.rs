@@ -7,15 +7,15 @@
 //! themselves, so a client that disconnects mid-call leaves nothing half-done.
 
 pub mod actor;
-#[cfg(unix)]
-mod exec_line;
 #[cfg(any(target_os = "macos", test))]
 pub mod darwin;
+#[cfg(unix)]
+mod exec_line;
 pub mod input_wait;
 mod io;
-pub mod launch;
 #[cfg(windows)]
 pub mod job;
+pub mod launch;
 pub mod listening;
 pub mod live_facts;
 #[cfg(target_os = "linux")]
@@ -41,8 +41,8 @@ use yieldshell_proto::pb;
 use crate::error::Error;
 use crate::output::OutputLog;
 use crate::record::{ProcessRecord, RECORD_FORMAT, RecordBytes};
-use crate::status::{ExitHow, unix_ms};
 pub use crate::status::{EndedBy, LostReason, RecordStatus, Status};
+use crate::status::{ExitHow, unix_ms};
 use tree::{Identity, Signal};
 
 /// What the actor publishes about its process.

@@ -44,9 +44,9 @@ use std::task::{Context, Poll, ready};
 use tokio::io::unix::AsyncFd;
 use yieldshell_proto::pb;
 
+use crate::output::{OutputLog, StreamFilter};
 #[cfg(unix)]
 use crate::spawn::pty as master_ops;
-use crate::output::{OutputLog, StreamFilter};
 
 pub use crate::spawn::pty::{Modes, TermSize};
 

@@ -78,9 +78,7 @@ pub fn explain(confinement: &Confinement, output: &[u8], cwd: &Path) -> Option<S
         let path = path_in(line).map(|p| if p.is_absolute() { p } else { cwd.join(p) });
         return Some(write_denial(confinement, path.as_deref()));
     }
-    if grant.network == Network::Off
-        && find(&NETWORK_DENIED).is_some()
-    {
+    if grant.network == Network::Off && find(&NETWORK_DENIED).is_some() {
         let helps = |d: &str| {
             confinement
                 .origin
@@ -158,7 +156,10 @@ fn path_in(line: &str) -> Option<PathBuf> {
     }
     let lower = line.to_ascii_lowercase();
     let at = WRITE_DENIED.iter().filter_map(|n| lower.find(n)).min()?;
-    let before = line[..at].trim_end().trim_end_matches([':', ',']).trim_end();
+    let before = line[..at]
+        .trim_end()
+        .trim_end_matches([':', ','])
+        .trim_end();
     let word = before.rsplit(char::is_whitespace).next()?;
     let word = word.trim_matches(|c| matches!(c, '\'' | '"' | ',' | ':'));
     (!word.is_empty() && (word.contains('/') || word.contains('.'))).then(|| PathBuf::from(word))
@@ -196,9 +197,24 @@ mod tests {
         let none = confined("declared", "declared", &["NONE"]);
         let ws = confined("declared", "declared", &["MODIFIES_WORKSPACE_FILES"]);
         let cases = [
-            (&none, "/bin/sh: 1: cannot create out.txt: Permission denied", "/w/out.txt", "MODIFIES_WORKSPACE_FILES"),
-            (&none, "open /w/x/y: permission denied", "/w/x/y", "MODIFIES_WORKSPACE_FILES"),
-            (&ws, "touch: cannot touch '/etc/x': Permission denied", "/etc/x", "MODIFIES_OUTSIDE_WORKSPACE"),
+            (
+                &none,
+                "/bin/sh: 1: cannot create out.txt: Permission denied",
+                "/w/out.txt",
+                "MODIFIES_WORKSPACE_FILES",
+            ),
+            (
+                &none,
+                "open /w/x/y: permission denied",
+                "/w/x/y",
+                "MODIFIES_WORKSPACE_FILES",
+            ),
+            (
+                &ws,
+                "touch: cannot touch '/etc/x': Permission denied",
+                "/etc/x",
+                "MODIFIES_OUTSIDE_WORKSPACE",
+            ),
             (
                 &ws,
                 "error: could not lock config file .git/config: Read-only file system",
@@ -211,17 +227,29 @@ mod tests {
                 "/home/u/.cache/x",
                 "MODIFIES_OUTSIDE_WORKSPACE",
             ),
-            (&ws, "Error: EACCES: permission denied, open '/opt/y'", "/opt/y", "MODIFIES_OUTSIDE_WORKSPACE"),
+            (
+                &ws,
+                "Error: EACCES: permission denied, open '/opt/y'",
+                "/opt/y",
+                "MODIFIES_OUTSIDE_WORKSPACE",
+            ),
         ];
         for (c, output, path, declare) in cases {
-            let line = explain(c, format!("ok\n{output}\n").as_bytes(), Path::new("/w"))
-                .expect(output);
-            assert!(line.contains(path) && line.contains(declare), "{output} → {line}");
+            let line =
+                explain(c, format!("ok\n{output}\n").as_bytes(), Path::new("/w")).expect(output);
+            assert!(
+                line.contains(path) && line.contains(declare),
+                "{output} → {line}"
+            );
         }
         // In read-only mode nothing declared widens it: the answer says so.
         let ro = confined("read-only", "declared", &["NONE"]);
-        let line = explain(&ro, b"cannot create out.txt: Permission denied", Path::new("/w"))
-            .expect("denied");
+        let line = explain(
+            &ro,
+            b"cannot create out.txt: Permission denied",
+            Path::new("/w"),
+        )
+        .expect("denied");
         assert!(line.contains("no declaration allows it"), "{line}");
     }
 
@@ -242,7 +270,10 @@ mod tests {
         assert!(line.contains("whatever is declared"), "{line}");
         // Nothing restricted the network: no guess.
         let on = confined("declared", "on", &["NONE"]);
-        assert_eq!(explain(&on, b"Could not resolve host: x", Path::new("/")), None);
+        assert_eq!(
+            explain(&on, b"Could not resolve host: x", Path::new("/")),
+            None
+        );
     }
 
     #[test]
@@ -258,7 +289,10 @@ mod tests {
     #[test]
     fn unrelated_failures_are_not_blamed_on_the_sandbox() {
         let ws = confined("declared", "declared", &["MODIFIES_WORKSPACE_FILES"]);
-        assert_eq!(explain(&ws, b"make: *** [all] Error 2", Path::new("/w")), None);
+        assert_eq!(
+            explain(&ws, b"make: *** [all] Error 2", Path::new("/w")),
+            None
+        );
         let open = Confinement {
             grant: Grant::unrestricted(),
             limits: Vec::new(),

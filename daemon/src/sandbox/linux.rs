@@ -31,8 +31,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    ABI, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
-    Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
+    ABI, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, Scope,
 };
 
 use super::plan::{NetPlan, Plan};
@@ -278,7 +278,13 @@ fn remount_read_only(target: &Path) -> io::Result<()> {
 /// covered) onto `target`; read-only when `read_only`.
 fn bind_fd(fd: &OwnedFd, target: &Path, read_only: bool) -> io::Result<()> {
     let source = format!("/proc/self/fd/{}", fd.as_raw_fd());
-    mount(Some(&source), target, None, libc::MS_BIND | libc::MS_REC, None)?;
+    mount(
+        Some(&source),
+        target,
+        None,
+        libc::MS_BIND | libc::MS_REC,
+        None,
+    )?;
     if read_only {
         remount_read_only(target)?;
     }
@@ -385,7 +391,13 @@ fn restrict(plan: &Plan, terminal: Option<&Path>) -> io::Result<()> {
         paths.extend(terminal);
         // Files every program may write whatever it was granted (best effort: a missing one is
         // skipped). The private /dev/shm exists only with namespaces.
-        let devices = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx"];
+        let devices = [
+            "/dev/null",
+            "/dev/zero",
+            "/dev/full",
+            "/dev/tty",
+            "/dev/ptmx",
+        ];
         paths.extend(devices.iter().map(Path::new));
         if plan.namespaces {
             paths.push(Path::new("/dev/shm"));
@@ -430,7 +442,11 @@ fn install(rules: Vec<(i64, Vec<seccompiler::SeccompRule>)>, errno: i32) -> io::
     seccompiler::apply_filter(&program).map_err(to_io)
 }
 
-fn arg_is(index: u8, op: seccompiler::SeccompCmpOp, value: u64) -> io::Result<seccompiler::SeccompCondition> {
+fn arg_is(
+    index: u8,
+    op: seccompiler::SeccompCmpOp,
+    value: u64,
+) -> io::Result<seccompiler::SeccompCondition> {
     seccompiler::SeccompCondition::new(index, seccompiler::SeccompCmpArgLen::Dword, op, value)
         .map_err(|e| io::Error::other(format!("seccomp: {e}")))
 }
@@ -515,9 +531,13 @@ fn x32_guard() -> io::Result<()> {
         filter(BPF_LD_W_ABS, 0, 0, 0),
         // if A >= 0x40000000 fall through to ENOSYS, else skip to ALLOW
         filter(BPF_JGE_K, 0, 1, 0x4000_0000),
-        filter(BPF_RET_K, 0, 0, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+        filter(
+            BPF_RET_K,
+            0,
+            0,
+            libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+        ),
         filter(BPF_RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
     ];
     seccompiler::apply_filter(&program).map_err(|e| io::Error::other(format!("seccomp: {e}")))
 }
-

@@ -12,8 +12,8 @@
 //! - `linux` (Linux): applying a plan, in the shell's process before `exec`: user, mount and
 //!   network namespaces where the kernel lets us have them, `no_new_privs`, Landlock and a
 //!   seccomp filter. Everything the shell starts inherits all of it and cannot shed it.
-//! - `seatbelt` (macOS): the same plan as a Seatbelt profile for `sandbox-exec` (built, never
-//!   run here).
+//! - [`seatbelt`]: the same plan as a Seatbelt profile for `sandbox-exec` (macOS; built, never
+//!   run there).
 //! - `proxy` (Unix): the daemon's HTTP proxy that an allowlisted command's traffic must use.
 //! - [`denials`]: reading a failed command's output for the denial that failed it, and naming the
 //!   declaration that would have allowed it.
@@ -28,7 +28,6 @@ pub mod plan;
 pub mod probe;
 #[cfg(unix)]
 pub mod proxy;
-#[cfg(target_os = "macos")]
 pub mod seatbelt;
 
 use std::path::{Path, PathBuf};
@@ -332,7 +331,9 @@ impl Confinement {
                 roots: r
                     .roots
                     .iter()
-                    .map(|b| PathBuf::from(yieldshell_proto::session_config::bytes_os(&b.to_bytes())))
+                    .map(|b| {
+                        PathBuf::from(yieldshell_proto::session_config::bytes_os(&b.to_bytes()))
+                    })
                     .collect(),
                 git: r.git,
             },
@@ -436,14 +437,18 @@ impl SandboxSettings {
     /// The grant of a command that declares `declared`, writing under `workspace` (the allowed
     /// cwd roots, else the session's default cwd; resolved).
     pub fn grant(&self, declared: &[String], workspace: &[PathBuf]) -> Grant {
-        let (files_row, wants_network) = declared.iter().map(|d| row(d)).fold(
-            (FilesRow::ReadOnly, false),
-            |(f, n), (rf, rn)| (f.max(rf), n || rn),
-        );
+        let (files_row, wants_network) = declared
+            .iter()
+            .map(|d| row(d))
+            .fold((FilesRow::ReadOnly, false), |(f, n), (rf, rn)| {
+                (f.max(rf), n || rn)
+            });
         // `.git` inside a writable workspace only when destructive git work is declared: a wider
         // row (`anywhere`) needs no subtraction in `declared` mode, and in `workspace-write` mode
         // it does not unlock `.git` either.
-        let git = declared.iter().any(|d| d == "USES_DESTRUCTIVE_GIT_OPERATION");
+        let git = declared
+            .iter()
+            .any(|d| d == "USES_DESTRUCTIVE_GIT_OPERATION");
         let workspace_files = || Files::Workspace {
             roots: workspace.to_vec(),
             git,
@@ -512,21 +517,45 @@ mod tests {
             (&["NONE"], Files::ReadOnly, Network::Off),
             (&["EXPOSES_SECRETS"], Files::ReadOnly, Network::Off),
             (&["CREATES_SECURITY_RISK"], Files::ReadOnly, Network::Off),
-            (&["CONSUMES_SIGNIFICANT_RESOURCES"], Files::ReadOnly, Network::Off),
+            (
+                &["CONSUMES_SIGNIFICANT_RESOURCES"],
+                Files::ReadOnly,
+                Network::Off,
+            ),
             (&["OTHER"], Files::ReadOnly, Network::Off),
             (&["MODIFIES_WORKSPACE_FILES"], ws(false), Network::Off),
             (&["DELETES_FILES"], ws(false), Network::Off),
             (&["USES_DESTRUCTIVE_GIT_OPERATION"], ws(true), Network::Off),
             (&["MAKES_NETWORK_REQUESTS"], Files::ReadOnly, Network::On),
             (&["INSTALLS_DEPENDENCIES"], Files::Anywhere, Network::On),
-            (&["MODIFIES_OUTSIDE_WORKSPACE"], Files::Anywhere, Network::Off),
+            (
+                &["MODIFIES_OUTSIDE_WORKSPACE"],
+                Files::Anywhere,
+                Network::Off,
+            ),
             (&["MODIFIES_PROTECTED_FILES"], Files::Anywhere, Network::Off),
-            (&["CHANGES_SYSTEM_CONFIGURATION"], Files::Anywhere, Network::Off),
+            (
+                &["CHANGES_SYSTEM_CONFIGURATION"],
+                Files::Anywhere,
+                Network::Off,
+            ),
             (&["BREAKS_OPERATING_SYSTEM"], Files::Anywhere, Network::Off),
             (&["RUNS_PRIVILEGED_COMMANDS"], Files::Anywhere, Network::Off),
-            (&["STOPS_OR_RESTARTS_SERVICES"], Files::Anywhere, Network::Off),
-            (&["CHANGES_NETWORK_CONFIGURATION"], Files::Anywhere, Network::On),
-            (&["AFFECTS_PRODUCTION_SERVICES"], Files::Anywhere, Network::On),
+            (
+                &["STOPS_OR_RESTARTS_SERVICES"],
+                Files::Anywhere,
+                Network::Off,
+            ),
+            (
+                &["CHANGES_NETWORK_CONFIGURATION"],
+                Files::Anywhere,
+                Network::On,
+            ),
+            (
+                &["AFFECTS_PRODUCTION_SERVICES"],
+                Files::Anywhere,
+                Network::On,
+            ),
             (&["UNKNOWN"], ws(false), Network::Off),
             // The union over a list, no more than its widest row.
             (
@@ -556,16 +585,25 @@ mod tests {
     #[test]
     fn the_modes_bound_files_whatever_is_declared() {
         let all = ["INSTALLS_DEPENDENCIES"];
-        assert_eq!(grant(&settings("off", "declared"), &all), Grant::unrestricted());
+        assert_eq!(
+            grant(&settings("off", "declared"), &all),
+            Grant::unrestricted()
+        );
         assert_eq!(
             grant(&settings("off", "declared"), &["NONE"]),
             Grant::unrestricted(),
             "off is the seed's behaviour: no sandbox"
         );
-        assert_eq!(grant(&settings("workspace-write", "declared"), &all).files, ws(false));
         assert_eq!(
-            grant(&settings("workspace-write", "declared"), &["USES_DESTRUCTIVE_GIT_OPERATION"])
-                .files,
+            grant(&settings("workspace-write", "declared"), &all).files,
+            ws(false)
+        );
+        assert_eq!(
+            grant(
+                &settings("workspace-write", "declared"),
+                &["USES_DESTRUCTIVE_GIT_OPERATION"]
+            )
+            .files,
             ws(true)
         );
         assert_eq!(
@@ -577,7 +615,10 @@ mod tests {
             grant(&settings("read-only", "declared"), &["NONE"]).network,
             Network::Off
         );
-        assert_eq!(grant(&settings("read-only", "on"), &["NONE"]).network, Network::On);
+        assert_eq!(
+            grant(&settings("read-only", "on"), &["NONE"]).network,
+            Network::On
+        );
         assert_eq!(
             grant(&settings("declared", "off"), &["INSTALLS_DEPENDENCIES"]).network,
             Network::Off
@@ -634,8 +675,8 @@ mod tests {
         // Two allowlists: a host must be on both.
         let a = settings("declared", "allow:a.org,b.org");
         let b = settings("declared", "allow:b.org,c.org");
-        let g = grant(&a, &["MAKES_NETWORK_REQUESTS"])
-            .meet(&grant(&b, &["MAKES_NETWORK_REQUESTS"]));
+        let g =
+            grant(&a, &["MAKES_NETWORK_REQUESTS"]).meet(&grant(&b, &["MAKES_NETWORK_REQUESTS"]));
         assert!(g.network.allows_host("b.org"));
         assert!(!g.network.allows_host("a.org") && !g.network.allows_host("c.org"));
         assert_eq!(

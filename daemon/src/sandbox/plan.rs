@@ -101,9 +101,11 @@ pub fn build(
     proxy_port: Option<u16>,
 ) -> Result<Built, String> {
     if kernel.landlock_abi < 1 && !kernel.seatbelt {
-        return Err("the sandbox needs Landlock (Linux 5.13 or newer, enabled at boot: \
+        return Err(
+            "the sandbox needs Landlock (Linux 5.13 or newer, enabled at boot: \
                     `lsm=…,landlock`), which this kernel does not offer; the command did not run"
-            .to_string());
+                .to_string(),
+        );
     }
     let mut limits = Vec::new();
     let tmp = process_dir.join("tmp");
@@ -337,7 +339,10 @@ mod tests {
             None,
         )
         .expect_err("planned");
-        assert!(e.contains("state directory") && e.contains("did not run"), "{e}");
+        assert!(
+            e.contains("state directory") && e.contains("did not run"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -367,11 +372,25 @@ mod tests {
             namespaces: false,
             seatbelt: false,
         };
-        let e = build(&allow, old, &dirs, Path::new("/s/p"), Path::new("/"), Some(1))
-            .expect_err("no net rules");
+        let e = build(
+            &allow,
+            old,
+            &dirs,
+            Path::new("/s/p"),
+            Path::new("/"),
+            Some(1),
+        )
+        .expect_err("no net rules");
         assert!(e.contains("ABI 4"), "{e}");
-        let with_ns = build(&allow, kernel(true), &dirs, Path::new("/s/p"), Path::new("/"), None)
-            .expect("namespaced");
+        let with_ns = build(
+            &allow,
+            kernel(true),
+            &dirs,
+            Path::new("/s/p"),
+            Path::new("/"),
+            None,
+        )
+        .expect("namespaced");
         assert_eq!(
             with_ns.plan.network,
             NetPlan::Proxy {
@@ -387,9 +406,13 @@ mod tests {
         let root = top.path().canonicalize().expect("resolve");
         std::fs::create_dir_all(root.join("main/.git/worktrees/wt")).expect("gitdir");
         std::fs::create_dir_all(root.join("wt")).expect("worktree");
-        std::fs::write(root.join("wt/.git"), "gitdir: ../main/.git/worktrees/wt\n").expect("pointer");
+        std::fs::write(root.join("wt/.git"), "gitdir: ../main/.git/worktrees/wt\n")
+            .expect("pointer");
         let found = git_dirs(&[root.join("wt")], &root.join("wt"));
         assert!(found.contains(&root.join("wt/.git")), "{found:?}");
-        assert!(found.contains(&root.join("main/.git/worktrees/wt")), "{found:?}");
+        assert!(
+            found.contains(&root.join("main/.git/worktrees/wt")),
+            "{found:?}"
+        );
     }
 }

@@ -184,7 +184,11 @@ impl Policy {
     }
 
     /// Connects to `host:port`, the name resolved here.
-    async fn connect(&self, host: &str, port: u16) -> Result<tokio::net::TcpStream, Response<Body>> {
+    async fn connect(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<tokio::net::TcpStream, Response<Body>> {
         let failed = |why: String| {
             text(
                 StatusCode::BAD_GATEWAY,
@@ -192,8 +196,11 @@ impl Policy {
                 format!("yieldshell sandbox proxy: {host}:{port}: {why}\n"),
             )
         };
-        match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect((host, port)))
-            .await
+        match tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            tokio::net::TcpStream::connect((host, port)),
+        )
+        .await
         {
             Ok(Ok(s)) => Ok(s),
             Ok(Err(e)) => Err(failed(e.to_string())),

@@ -7,9 +7,9 @@ use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::pb;
 use yieldshell_proto::session_config::DEFAULT_CLEANUP_OLDER_THAN_MS;
 
-use crate::sandbox::Grant;
 use super::{ControlService, MAX_WRITE_BYTES, at_most};
 use crate::process::{ManagedProcess, Status, StopReason, live_facts, terminal, tree};
+use crate::sandbox::Grant;
 use crate::session::Session;
 
 /// Grace before SIGKILL when `stop` names none (the seed's default).
@@ -241,6 +241,10 @@ pub(super) fn cleanup(
         // Only finished results with nothing left running: a record whose descendants still run
         // is what `stop` needs to find them.
         if !state.settled || state.descendants > 0 || state.status == Status::Running {
+            continue;
+        }
+        // Left for a daemon that speaks its holder's protocol, which needs its record.
+        if state.lost_reason == Some(crate::status::LostReason::NewerHolder) {
             continue;
         }
         let threshold = if state.status == Status::Completed {

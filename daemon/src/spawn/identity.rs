@@ -39,7 +39,7 @@ impl ProcStat {
     /// Alive means: not a zombie and not dead. A zombie has finished; it only waits to be
     /// reaped, which our reaper does.
     #[cfg(unix)]
-pub fn is_alive(&self) -> bool {
+    pub fn is_alive(&self) -> bool {
         !matches!(self.state, b'Z' | b'X' | b'x')
     }
 }
@@ -165,4 +165,3 @@ fn read_stat_darwin(pid: i32) -> Option<ProcStat> {
             .saturating_add(info.pbi_start_tvusec),
     })
 }
-

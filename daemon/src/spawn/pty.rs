@@ -79,10 +79,7 @@ pub fn open(_size: TermSize) -> io::Result<Pty> {
 /// its `stdout`, duplicates of it as `stdin` (handed to the daemon) and `stderr` (which the
 /// holder drops: a terminal is one stream).
 #[cfg(unix)]
-pub fn start(
-    spec: &super::SpawnSpec,
-    size: TermSize,
-) -> io::Result<super::Shell> {
+pub fn start(spec: &super::SpawnSpec, size: TermSize) -> io::Result<super::Shell> {
     let pty = open(size)?;
     let pid = super::spawn_shell_on_terminal(spec, &pty.slave)?;
     Ok(super::Shell {

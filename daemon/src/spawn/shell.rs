@@ -31,6 +31,10 @@ pub struct SpawnSpec {
     pub env: Vec<(OsString, OsString)>,
     /// Becomes `YIELDSHELL_PROCESS_ID`.
     pub process_id: String,
+    /// A program (and its arguments) that runs `/bin/sh -c …` in its place: macOS's
+    /// `sandbox-exec -p PROFILE` for a sandboxed command. Empty on Linux, whose sandbox the
+    /// shell's own process enters before `exec`.
+    pub wrapper: Vec<OsString>,
 }
 
 /// Bigger pipes mean fewer wake-ups per megabyte for chatty processes (Linux only; best effort).
@@ -424,7 +428,14 @@ pub fn spawn_shell(spec: &SpawnSpec) -> io::Result<Shell> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
-    let mut cmd = Command::new("/bin/sh");
+    let mut cmd = match spec.wrapper.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg("/bin/sh");
+            c
+        }
+        None => Command::new("/bin/sh"),
+    };
     cmd.arg("-c")
         .arg("--")
         .arg(std::ffi::OsStr::from_bytes(&spec.command))
@@ -501,6 +512,7 @@ mod tests {
             cwd: target.clone(),
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
             process_id: "proc_fallback".into(),
+            wrapper: Vec::new(),
         })
         .expect("spawn");
         drop(shell.stdin);

@@ -28,6 +28,16 @@
 //!   `late`, then sleep (a grandchild holding the output pipes after its shell exited).
 //! - `hex-echo NAME ARGS…`: print `arg <hex>` per argument, `cwd <hex>`, and `env <hex>` of the
 //!   variable NAME, so non-UTF-8 bytes can be compared exactly.
+//! - `tcp-connect HOST PORT`: connect over TCP; print `connected`, or `refused: <error>` and exit
+//!   1 (the sandbox's network tests: no curl or python needed).
+//! - `udp-send HOST PORT [PAYLOAD]`: send one datagram (`ping` by default); print `sent`, or
+//!   `refused: <error>` and exit 1.
+//! - `unix-read PATH`: connect to the Unix socket PATH and print how many bytes came before it
+//!   closed (`read N`, within a second of quiet), or `refused: <error>` and exit 1.
+//! - `proxy-get URL`: a plain-HTTP GET through `$HTTP_PROXY`; print the response's status line
+//!   and body, or `refused: <error>` and exit 1.
+//! - `proxy-connect HOST:PORT`: a `CONNECT` through `$HTTPS_PROXY`; print the status line, then,
+//!   when the tunnel is open, what the far end sends first.
 
 use std::io::Write;
 use std::time::Duration;
@@ -84,6 +94,36 @@ fn hex(bytes: &[u8]) -> String {
 fn fork() -> nix::unistd::ForkResult {
     // SAFETY: the testbin is single-threaded when it forks.
     unsafe { nix::unistd::fork() }.expect("fork")
+}
+
+/// Prints why the network refused, and exits 1.
+fn refused(e: std::io::Error) -> ! {
+    println!("refused: {e}");
+    std::process::exit(1);
+}
+
+/// Sends `request` to the proxy that `$var` names (`http://HOST:PORT`) and returns what comes
+/// back within a second of quiet (all of it, for a response that ends the connection).
+fn through_proxy(var: &str, request: &[u8]) -> std::io::Result<String> {
+    use std::io::Read;
+    let proxy =
+        std::env::var(var).map_err(|_| std::io::Error::other(format!("{var} is not set")))?;
+    let addr = proxy.trim_start_matches("http://").trim_end_matches('/');
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.write_all(request)?;
+    s.set_read_timeout(Some(Duration::from_secs(1)))?;
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match s.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(String::from_utf8_lossy(&got).into_owned())
 }
 
 fn arg_u64(args: &[String], i: usize, default: u64) -> u64 {
@@ -266,6 +306,66 @@ fn main() {
             let name = raw.get(2).cloned().unwrap_or_default();
             let value = std::env::var_os(&name).unwrap_or_default();
             let _ = writeln!(out, "env {}", hex(value.as_bytes()));
+        }
+        "tcp-connect" => {
+            let addr = format!("{}:{}", args[2], args[3]);
+            match std::net::TcpStream::connect(&addr) {
+                Ok(_) => println!("connected"),
+                Err(e) => refused(e),
+            }
+        }
+        "udp-send" => {
+            let to = format!("{}:{}", args[2], args[3]);
+            let bind = if args[2].contains(':') {
+                "[::]:0"
+            } else {
+                "0.0.0.0:0"
+            };
+            let payload = args.get(4).map_or("ping", String::as_str);
+            match std::net::UdpSocket::bind(bind).and_then(|s| s.send_to(payload.as_bytes(), &to)) {
+                Ok(_) => println!("sent"),
+                Err(e) => refused(e),
+            }
+        }
+        "unix-read" => {
+            use std::io::Read;
+            match std::os::unix::net::UnixStream::connect(&args[2]) {
+                Ok(mut s) => {
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+                    let mut total = 0;
+                    let mut chunk = [0u8; 4096];
+                    while let Ok(n) = s.read(&mut chunk) {
+                        if n == 0 {
+                            break;
+                        }
+                        total += n;
+                    }
+                    println!("read {total}");
+                }
+                Err(e) => refused(e),
+            }
+        }
+        "proxy-get" => {
+            let url = &args[2];
+            let host = url
+                .strip_prefix("http://")
+                .and_then(|r| r.split('/').next())
+                .unwrap_or_default()
+                .to_string();
+            let request =
+                format!("GET {url} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+            match through_proxy("HTTP_PROXY", request.as_bytes()) {
+                Ok(answer) => print!("{answer}"),
+                Err(e) => refused(e),
+            }
+        }
+        "proxy-connect" => {
+            let target = &args[2];
+            let request = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
+            match through_proxy("HTTPS_PROXY", request.as_bytes()) {
+                Ok(answer) => print!("{answer}"),
+                Err(e) => refused(e),
+            }
         }
         other => {
             eprintln!("yieldshell-testbin: unknown mode {other:?}");

@@ -13,12 +13,12 @@ use tokio_util::sync::CancellationToken;
 use super::{Actor, ActorContext, ActorTiming, Io, Readers, managed};
 use crate::limits::RunningCounts;
 use crate::output::OutputLog;
-use crate::spawn::reaper::{ExitHow, Reaper};
 use crate::process::stop::STOP_POLL;
 use crate::process::tree::Identity;
 use crate::process::tree::fake::{Call, FakeProc, FakeTree};
 use crate::process::{ManagedProcess, ProcState, ProcessFacts, Status, StopOutcome, StopReason};
 use crate::record::{ProcessRecord, RecordStore};
+use crate::spawn::reaper::{ExitHow, Reaper};
 use crate::status::EndedBy;
 
 const ID: &str = "proc_actortest";

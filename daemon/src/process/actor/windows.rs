@@ -34,8 +34,15 @@ pub fn launch(
         pid: i32::try_from(started.pid).unwrap_or(i32::MAX),
         start_time: 0,
     };
-    let (proc, control_rx, stdin_rx) =
-        managed(facts, identity, now, output.clone(), running_slot, None, None);
+    let (proc, control_rx, stdin_rx) = managed(
+        facts,
+        identity,
+        now,
+        output.clone(),
+        running_slot,
+        None,
+        None,
+    );
     tree::register(&proc.facts.id, &started.job);
     let out = tokio::spawn(read_into(
         started.stdout,
