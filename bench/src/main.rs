@@ -10,6 +10,7 @@ mod agent_cost;
 mod echo;
 mod measure;
 mod report;
+mod sandbox;
 mod servers;
 mod stats;
 mod terminal;
@@ -53,6 +54,10 @@ pub struct Opts {
     /// start rate in alternating blocks; prints JSON.
     #[arg(long, value_name = "DIR")]
     pub versus: Option<PathBuf>,
+    /// Only the sandbox's cost: `exec true` sandboxed (each kind of sandbox, with and without
+    /// namespaces) paired with unsandboxed rounds; prints JSON.
+    #[arg(long)]
+    pub sandbox: bool,
     /// Agent-cost mode: how long the scripted test run takes, in seconds.
     #[arg(long, default_value_t = 20)]
     pub test_run_seconds: u32,
@@ -77,6 +82,9 @@ fn main() -> anyhow::Result<()> {
     }
     if opts.terminal {
         return runtime.block_on(terminal::run(&opts));
+    }
+    if opts.sandbox {
+        return runtime.block_on(sandbox::run(&opts));
     }
     runtime.block_on(measure::run_all(&opts))
 }

@@ -112,6 +112,15 @@ impl Bench {
         &self,
         client_name: &str,
     ) -> anyhow::Result<yieldshell_proto::client::Session> {
+        self.control_session_with(client_name, &[])
+    }
+
+    /// [`Bench::control_session`] with these session variables besides (a sandbox mode).
+    pub fn control_session_with(
+        &self,
+        client_name: &str,
+        extra: &[(&str, &str)],
+    ) -> anyhow::Result<yieldshell_proto::client::Session> {
         let opts = yieldshell_proto::client::ConnectOptions {
             socket: self.socket.clone(),
             state_dir: Some(self.state.clone()),
@@ -125,6 +134,7 @@ impl Bench {
         // hundreds of processes.
         let mut vars: Vec<_> = std::env::vars_os().collect();
         vars.push(("YIELDSHELL_MAX_PROCESSES".into(), "5000".into()));
+        vars.extend(extra.iter().map(|(k, v)| (k.into(), v.into())));
         let config = yieldshell_proto::session_config::SessionConfig::from_vars(vars, &self.work)?;
         Ok(yieldshell_proto::client::Session::new(opts, &config))
     }
@@ -139,6 +149,17 @@ impl Bench {
         bin_dir: PathBuf,
         venv: &Path,
         skip_original: bool,
+    ) -> anyhow::Result<Bench> {
+        Bench::setup_with_env(bin_dir, venv, skip_original, &[]).await
+    }
+
+    /// [`Bench::setup_in`] with these variables in the daemon's own environment (a fault that
+    /// makes it act as on another machine).
+    pub async fn setup_with_env(
+        bin_dir: PathBuf,
+        venv: &Path,
+        skip_original: bool,
+        daemon_env: &[(&str, &str)],
     ) -> anyhow::Result<Bench> {
         let original = if skip_original {
             None
@@ -164,6 +185,7 @@ impl Bench {
             .arg(&state)
             .arg("--config")
             .arg(&config)
+            .envs(daemon_env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

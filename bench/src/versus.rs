@@ -64,7 +64,7 @@ impl Counts {
 }
 
 /// Percentiles of signed differences in milliseconds (a [`Summary`] is of durations).
-fn spread(mut ms: Vec<f64>) -> serde_json::Value {
+pub fn spread(mut ms: Vec<f64>) -> serde_json::Value {
     ms.sort_by(f64::total_cmp);
     let at = |q: f64| nearest_rank(&ms, q);
     json!({"n": ms.len(), "p25_ms": at(0.25), "p50_ms": at(0.5), "p75_ms": at(0.75)})
@@ -170,7 +170,7 @@ async fn kill_all(s: &Session, ids: Vec<String>) -> anyhow::Result<()> {
 /// to each side back to back: the samples of each side and the per-round differences (ours −
 /// base, in ms). Which side goes first alternates, so neither always runs on the other's warm
 /// caches.
-async fn paired<F, Fut>(
+pub async fn paired<F, Fut>(
     sides: &[Arc<Session>; 2],
     rounds: usize,
     pace: Duration,

@@ -144,6 +144,8 @@ impl HostPattern {
             && name
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':'));
+        // A colon only in an IPv6 literal: `host:443` names a port, which entries have none.
+        let valid = valid && (!name.contains(':') || name.parse::<std::net::Ipv6Addr>().is_ok());
         if !valid || name.contains('*') {
             return Err(format!(
                 "{entry:?} is not a host name or *.domain (no scheme, port or path)"

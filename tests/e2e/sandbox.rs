@@ -768,3 +768,37 @@ async fn the_private_temp_dir_goes_with_the_record() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn the_published_shell_servers_profile_runs_as_workspace_write_under_declared() {
+    let s = Sandboxed::start(true).await;
+    let ws = s.ws.display().to_string();
+    let mcp = Mcp::start_profile(
+        &s.d,
+        "mcp-shell-server",
+        &[
+            ("ALLOW_COMMANDS", "sh"),
+            ("YIELDSHELL_SANDBOX", "declared"),
+            ("YIELDSHELL_DEFAULT_CWD", &ws),
+        ],
+    )
+    .await;
+    let script = format!(
+        "if (: > {ws}/in) 2>/dev/null; then echo in=yes; else echo in=no; fi; \
+         if (: > {out}/out) 2>/dev/null; then echo out=yes; else echo out=no; fi",
+        out = s.outside.display()
+    );
+    let r = mcp
+        .call(
+            "shell_execute",
+            json!({"command": ["sh", "-c", script], "directory": ws}),
+        )
+        .await;
+    let text: String = r
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect();
+    assert!(text.contains("in=yes") && text.contains("out=no"), "{text}");
+    mcp.close().await;
+}
