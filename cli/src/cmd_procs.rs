@@ -55,7 +55,8 @@ pub async fn ps(ctx: &Ctx, a: PsArgs) -> anyhow::Result<u8> {
     }
     let mut table = render::Table::new(
         vec![
-            "ID", "PID", "STATUS", "TTY", "EXIT", "STARTED", "TIME", "PORTS", "NAME", "COMMAND",
+            "ID", "PID", "STATUS", "TTY", "EXIT", "STARTED", "TIME", "CPU", "MEM", "PORTS", "NAME",
+            "COMMAND",
         ],
         ctx.color,
     );
@@ -88,6 +89,8 @@ pub async fn ps(ctx: &Ctx, a: PsArgs) -> anyhow::Result<u8> {
             (exit, None),
             (render::ago(now, p.started_at_unix_ms), None),
             (render::duration_ms(p.duration_ms), None),
+            (render::cpu(p.cpu_percent), None),
+            (render::memory(p.rss_bytes), None),
             (ports(&p.listening), None),
             (
                 if p.name.is_empty() {
@@ -106,7 +109,7 @@ pub async fn ps(ctx: &Ctx, a: PsArgs) -> anyhow::Result<u8> {
 
 /// The PORTS column: the ports of the listening addresses, each once, in their order (by port);
 /// `--json ps` has the addresses.
-fn ports(listening: &[String]) -> String {
+pub fn ports(listening: &[String]) -> String {
     let mut ports: Vec<&str> = listening
         .iter()
         .filter_map(|a| a.rsplit_once(':').map(|(_, port)| port))

@@ -17,6 +17,7 @@ pub mod listening;
 pub mod live_facts;
 #[cfg(unix)]
 pub mod reaper;
+pub mod resources;
 #[cfg(target_os = "linux")]
 pub mod sessions;
 #[cfg(unix)]
@@ -516,6 +517,9 @@ impl ManagedProcess {
                 .map(|m| m.echo_off && m.canonical),
             cols: size.map_or(0, |s| u32::from(s.cols)),
             rows: size.map_or(0, |s| u32::from(s.rows)),
+            // From the sampler's last pass (`resources`): the RPC handlers add them.
+            cpu_percent: None,
+            rss_bytes: None,
         }
     }
 

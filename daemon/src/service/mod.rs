@@ -6,7 +6,8 @@
 //! (or, for `exec`, synchronously before the first `.await` that could be cancelled).
 //!
 //! One file per group of calls: [`exec`], [`output`] (read, follow, wait), [`procs`] (write,
-//! stop, list, cleanup), [`admin`] (hello, status, sessions, shutdown).
+//! stop, list, cleanup), [`admin`] (hello, status, sessions, shutdown), [`watch`] (the live table
+//! of `yieldctl top`).
 
 mod admin;
 mod exec;
@@ -14,6 +15,7 @@ mod exec;
 mod exec_line;
 mod output;
 mod procs;
+pub mod watch;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -198,6 +200,15 @@ impl Control for ControlService {
         req: Request<pb::CleanupRequest>,
     ) -> Result<Response<pb::CleanupResponse>, Status> {
         procs::cleanup(self, req.into_inner()).map(Response::new)
+    }
+
+    type WatchStream = watch::WatchStream;
+
+    async fn watch(
+        &self,
+        req: Request<pb::WatchRequest>,
+    ) -> Result<Response<watch::WatchStream>, Status> {
+        watch::watch(self, req.into_inner()).map(Response::new)
     }
 
     async fn shutdown(
