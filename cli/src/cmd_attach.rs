@@ -37,6 +37,13 @@ pub struct AttachArgs {
     id: String,
 }
 
+impl AttachArgs {
+    /// The arguments of `yieldctl attach ID` (for `yieldctl top`'s Enter).
+    pub fn of(id: String) -> AttachArgs {
+        AttachArgs { id }
+    }
+}
+
 /// Why an attach ended.
 enum Ending {
     /// The person detached; the process keeps running.

@@ -18,6 +18,8 @@ mod cmd_exec;
 mod cmd_procs;
 mod cmd_read;
 mod cmd_service;
+#[cfg(unix)]
+mod cmd_top;
 mod exit;
 mod follow_stream;
 mod person_terminal;
@@ -70,6 +72,9 @@ pub enum Command {
     /// Join a running process from this terminal: see its screen, type into it, Ctrl-] detaches.
     #[cfg(unix)]
     Attach(cmd_attach::AttachArgs),
+    /// A live screen of the processes: CPU, memory, ports, who waits for input; attach, stop.
+    #[cfg(unix)]
+    Top(cmd_top::TopArgs),
     /// Remove records (and saved output) of ended processes.
     Cleanup(cmd_procs::CleanupArgs),
     /// Manage the daemon itself.
@@ -141,6 +146,8 @@ fn main() -> std::process::ExitCode {
             Command::Write(a) => cmd_procs::write(&ctx, a).await,
             #[cfg(unix)]
             Command::Attach(a) => cmd_attach::run(&ctx, a).await,
+            #[cfg(unix)]
+            Command::Top(a) => cmd_top::run(&ctx, a).await,
             Command::Cleanup(a) => cmd_procs::cleanup(&ctx, a).await,
             Command::Daemon(c) => cmd_daemon::run(&ctx, c).await,
             Command::Service(c) => cmd_service::run(&ctx, c).await,
