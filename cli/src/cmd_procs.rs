@@ -127,7 +127,8 @@ pub fn ports(listening: &[String]) -> String {
 /// Arguments of `stop`.
 #[derive(Debug, Args)]
 pub struct StopArgs {
-    /// Process id.
+    /// Process id, or the name given at exec.
+    #[arg(add = clap_complete::engine::ArgValueCompleter::new(crate::process_names::complete))]
     id: String,
     /// Signal to send first (TERM, SIGINT, KILL, 9, …).
     #[arg(long, default_value = "SIGTERM")]
@@ -137,8 +138,9 @@ pub struct StopArgs {
     force_after_ms: u64,
 }
 
-pub async fn stop(ctx: &Ctx, a: StopArgs) -> anyhow::Result<u8> {
+pub async fn stop(ctx: &Ctx, mut a: StopArgs) -> anyhow::Result<u8> {
     let session = ctx.session()?;
+    a.id = crate::process_names::resolve(&session, &a.id).await?;
     let req = pb::StopRequest {
         process_id: a.id.clone(),
         signal: a.signal,
@@ -188,7 +190,8 @@ pub async fn stop(ctx: &Ctx, a: StopArgs) -> anyhow::Result<u8> {
 /// Arguments of `write`.
 #[derive(Debug, Args)]
 pub struct WriteArgs {
-    /// Process id.
+    /// Process id, or the name given at exec.
+    #[arg(add = clap_complete::engine::ArgValueCompleter::new(crate::process_names::complete))]
     id: String,
     /// Text to write (any bytes).
     #[arg(
@@ -218,8 +221,9 @@ pub struct WriteArgs {
     timeout: u64,
 }
 
-pub async fn write(ctx: &Ctx, a: WriteArgs) -> anyhow::Result<u8> {
+pub async fn write(ctx: &Ctx, mut a: WriteArgs) -> anyhow::Result<u8> {
     let session = ctx.session()?;
+    a.id = crate::process_names::resolve(&session, &a.id).await?;
     let mut input = a
         .text
         .as_deref()

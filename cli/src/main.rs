@@ -23,6 +23,7 @@ mod cmd_top;
 mod exit;
 mod follow_stream;
 mod person_terminal;
+mod process_names;
 mod render;
 mod style;
 
@@ -116,6 +117,11 @@ impl Ctx {
 }
 
 fn main() -> std::process::ExitCode {
+    // A shell asking for completions (`COMPLETE=bash yieldctl -- …`, from the script that
+    // `yieldctl completions` prints) is answered here, before anything else runs.
+    clap_complete::CompleteEnv::with_factory(<Cli as clap::CommandFactory>::command)
+        .completer("yieldctl")
+        .complete();
     let cli = Cli::parse();
     let mut opts = ConnectOptions::from_env("yieldctl");
     if let Some(s) = &cli.socket {
