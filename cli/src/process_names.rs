@@ -131,9 +131,7 @@ pub fn complete(current: &OsStr) -> Vec<CompletionCandidate> {
                 .all(|c| c.is_alphanumeric() || "-_.:@+=,/".contains(c));
         if plain && name.starts_with(current) && !names.contains(&name) {
             names.push(name);
-            out.push(
-                CompletionCandidate::new(name).help(Some(describe(p, &p.process_id).into())),
-            );
+            out.push(CompletionCandidate::new(name).help(Some(describe(p, &p.process_id).into())));
         }
     }
     out

@@ -72,7 +72,8 @@ async fn ids_and_names_are_completed_in_bash_zsh_and_fish() {
     // Zsh and fish get descriptions beside each candidate.
     let zsh = complete(&d, "zsh", &["yieldctl", "read", "proc_"]);
     assert!(
-        zsh.lines().any(|l| l.starts_with(&format!("{web}:")) && l.contains("running")),
+        zsh.lines()
+            .any(|l| l.starts_with(&format!("{web}:")) && l.contains("running")),
         "{zsh}"
     );
     let fish = complete(&d, "fish", &["yieldctl", "attach", "web"]);
@@ -102,9 +103,16 @@ async fn ids_and_names_are_completed_in_bash_zsh_and_fish() {
 async fn a_name_stands_for_its_process_unless_it_names_several() {
     let d = TestDaemon::start().await;
     let run_named = |name: &str, command: &str| {
-        let out = run(d
-            .yieldctl()
-            .args(["--json", "exec", "--yield-ms", "0", "--name", name, "--", command]));
+        let out = run(d.yieldctl().args([
+            "--json",
+            "exec",
+            "--yield-ms",
+            "0",
+            "--name",
+            name,
+            "--",
+            command,
+        ]));
         crate::helper::json(&out)["process_id"]
             .as_str()
             .expect("id")
@@ -130,5 +138,9 @@ async fn a_name_stands_for_its_process_unless_it_names_several() {
     );
     // A name nobody has is an unknown process, as an unknown id is.
     let out = run(d.yieldctl().args(["read", "nobody-has-this"]));
-    assert!(text(&out.stderr).contains("Unknown process_id"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("Unknown process_id"),
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -358,8 +358,14 @@ fn completions_are_generated_for_every_shell() {
         let script = text(&out.stdout);
         // The script registers `yieldctl` (from PATH, no path of the build machine) as its
         // own completer.
-        assert!(script.contains("COMPLETE") && script.contains("yieldctl"), "{shell}: {script}");
-        assert!(!script.contains(env!("CARGO_MANIFEST_DIR")), "{shell}: {script}");
+        assert!(
+            script.contains("COMPLETE") && script.contains("yieldctl"),
+            "{shell}: {script}"
+        );
+        assert!(
+            !script.contains(env!("CARGO_MANIFEST_DIR")),
+            "{shell}: {script}"
+        );
     }
     // The bash script is valid bash.
     let script = run(Command::new(bin("yieldctl")).args(["completions", "bash"])).stdout;
@@ -376,8 +382,19 @@ fn completions_are_generated_for_every_shell() {
         .lines()
         .map(|l| l.split('\t').next().unwrap_or_default().to_string())
         .collect();
-    for sub in ["exec", "ps", "read", "top", "service", "completions", "daemon"] {
-        assert!(words.iter().any(|w| w == sub), "completion lacks {sub}: {words:?}");
+    for sub in [
+        "exec",
+        "ps",
+        "read",
+        "top",
+        "service",
+        "completions",
+        "daemon",
+    ] {
+        assert!(
+            words.iter().any(|w| w == sub),
+            "completion lacks {sub}: {words:?}"
+        );
     }
     let bad = run(Command::new(bin("yieldctl")).args(["completions", "tcsh"]));
     assert_eq!(

@@ -18,9 +18,13 @@ fn top_window(d: &TestDaemon, extra: &[(&str, String)], args: &str) -> Tmux {
         ("YIELDSHELL_NO_AUTOSTART", "1".to_string()),
     ];
     env.extend(extra.iter().cloned());
+    // A panic's message must fit on the screen: no backtrace.
+    env.push(("RUST_BACKTRACE", "0".to_string()));
     let t = Tmux::open(d.dir.path(), 140, 40, &env);
     t.type_line(&format!("yieldctl top {args}; echo \"top exited $?\""));
-    t.wait_for("top's header", |s| s.contains("yieldctl top") && s.contains("sort"));
+    t.wait_for("top's header", |s| {
+        s.contains("yieldctl top") && s.contains("sort")
+    });
     t
 }
 
@@ -43,8 +47,7 @@ fn row<'a>(screen: &'a str, id: &str) -> Option<&'a str> {
 
 #[tokio::test]
 #[ignore = "needs tmux: run .ci/test-extra"]
-async fn rows_show_figures_new_processes_appear_filter_and_stop_work_and_q_restores_the_terminal()
-{
+async fn rows_show_figures_new_processes_appear_filter_and_stop_work_and_q_restores_the_terminal() {
     let d = TestDaemon::start().await;
     let busy = exec_named(&d, "busy", &[], "while :; do :; done");
     let t = top_window(&d, &[], "");
@@ -52,7 +55,9 @@ async fn rows_show_figures_new_processes_appear_filter_and_stop_work_and_q_resto
     let screen = t.wait_for("the busy loop with CPU and memory", |s| {
         row(s, &busy).is_some_and(|r| {
             let cells: Vec<&str> = r.split_whitespace().collect();
-            let cpu = cells.iter().find_map(|c| c.strip_suffix('%')?.parse::<f64>().ok());
+            let cpu = cells
+                .iter()
+                .find_map(|c| c.strip_suffix('%')?.parse::<f64>().ok());
             let mem = cells.iter().any(|c| {
                 c.len() > 1
                     && (c.ends_with('K') || c.ends_with('M'))
@@ -81,14 +86,19 @@ async fn rows_show_figures_new_processes_appear_filter_and_stop_work_and_q_resto
     t.keys(&["Enter"]);
     t.wait_for("the busy loop alone", |s| row(s, &late).is_none());
     t.keys(&["s"]);
-    t.wait_for("the question", |s| s.contains(&format!("stop {busy} and its whole tree?")));
+    t.wait_for("the question", |s| {
+        s.contains(&format!("stop {busy} and its whole tree?"))
+    });
     t.keys(&["y"]);
     t.wait_for("the stopped row", |s| {
         row(s, &busy).is_some_and(|r| r.contains("stopped SIGTERM"))
     });
     let c = d.session();
     let listed = c.list(pb::Scope::All, true).await;
-    let p = listed.iter().find(|p| p.process_id == busy).expect("listed");
+    let p = listed
+        .iter()
+        .find(|p| p.process_id == busy)
+        .expect("listed");
     assert_eq!(p.status, pb::ProcessStatus::Stopped as i32);
     // `q` quits, the terminal as the shell had it.
     t.keys(&["q"]);
@@ -112,7 +122,9 @@ async fn enter_attaches_to_a_terminal_process_and_detaching_comes_back_to_the_ta
         s.contains("terminal 80×20") && s.contains("name?")
     });
     t.keys(&["Enter"]);
-    t.wait_for("the attached screen", |s| !s.contains("sort AGE") && s.contains("name?"));
+    t.wait_for("the attached screen", |s| {
+        !s.contains("sort AGE") && s.contains("name?")
+    });
     t.keys(&["-l", "ada"]);
     t.keys(&["Enter"]);
     t.wait_for("the answer", |s| s.contains("hello ada"));
@@ -123,7 +135,9 @@ async fn enter_attaches_to_a_terminal_process_and_detaching_comes_back_to_the_ta
     // Keys reach top again (nothing of the attach still reads them).
     t.keys(&["/"]);
     t.keys(&["-l", "asker"]);
-    t.wait_for("the filter typed after the attach", |s| s.contains("filter /asker"));
+    t.wait_for("the filter typed after the attach", |s| {
+        s.contains("filter /asker")
+    });
     t.keys(&["Escape"]);
     t.keys(&["q"]);
     t.wait_for("the shell again", |s| s.contains("top exited 0"));
@@ -151,7 +165,7 @@ async fn escape_sequences_in_output_and_control_characters_in_a_name_render_iner
         &d,
         "evil\x1b]2;owned-by-name\x07\x1b[2J",
         &[],
-        r"printf '\033]2;owned-by-output\007\033[2J\033[H\033[31mRED\033[0m marker-line\n\033[?1049h\033[?25l'; sleep 600",
+        r"printf '\033]2;owned-by-output\007\033[2J\033[H\033[31mRED\033[0m marker-line\n\033[?25l\033[?1000h'; sleep 600",
     );
     let t = top_window(&d, &[], "");
     let screen = t.wait_for("the marker in the pane, the name escaped", |s| {
@@ -161,8 +175,14 @@ async fn escape_sequences_in_output_and_control_characters_in_a_name_render_iner
     // Nothing of it reached the terminal: no title set, the table still drawn around the pane,
     // and the pane's text has no escape sequence in it.
     let title = t.display("#{pane_title}");
-    assert!(!title.contains("owned"), "the window title was changed: {title:?}");
-    assert!(screen.contains("yieldctl top"), "the screen was not cleared:\n{screen}");
+    assert!(
+        !title.contains("owned"),
+        "the window title was changed: {title:?}"
+    );
+    assert!(
+        screen.contains("yieldctl top"),
+        "the screen was not cleared:\n{screen}"
+    );
     let colours = run(std::process::Command::new("tmux")
         .arg("-S")
         .arg(d.dir.path().join("tmux.sock"))
@@ -214,10 +234,7 @@ async fn sigterm_a_panic_and_a_daemon_gone_each_restore_the_terminal() {
     let d = TestDaemon::unstarted();
     let started = run(d.yieldctl().args(["daemon", "start"]));
     assert!(started.status.success(), "{started:?}");
-    let faults = [(
-        "YIELDSHELL_TEST_FAULTS",
-        "top_panic_on_key:!".to_string(),
-    )];
+    let faults = [("YIELDSHELL_TEST_FAULTS", "top_panic_on_key:!".to_string())];
     let t = top_window(&d, &faults, "");
     // SIGTERM from outside, to the shell's child: `top`.
     let shell: i32 = t.display("#{pane_pid}").parse().expect("the shell's pid");
@@ -237,7 +254,9 @@ async fn sigterm_a_panic_and_a_daemon_gone_each_restore_the_terminal() {
     t.assert_restored();
     // A panic.
     t.type_line("clear; yieldctl top; echo \"top exited $?\"");
-    t.wait_for("top's header", |s| s.contains("yieldctl top") && s.contains("sort"));
+    t.wait_for("top's header", |s| {
+        s.contains("yieldctl top") && s.contains("sort")
+    });
     t.keys(&["!"]);
     t.wait_for("the panic's message and exit", |s| {
         s.contains("top_panic_on_key") && s.contains("top exited 101")
@@ -245,8 +264,12 @@ async fn sigterm_a_panic_and_a_daemon_gone_each_restore_the_terminal() {
     t.assert_restored();
     // The daemon gone, and not coming back within --reconnect-for.
     t.type_line("clear; yieldctl top --reconnect-for 1; echo \"top exited $?\"");
-    t.wait_for("top's header", |s| s.contains("yieldctl top") && s.contains("sort"));
+    t.wait_for("top's header", |s| {
+        s.contains("yieldctl top") && s.contains("sort")
+    });
     d.stop_autostarted();
-    t.wait_for("top's exit without a daemon", |s| s.contains("top exited 3"));
+    t.wait_for("top's exit without a daemon", |s| {
+        s.contains("top exited 3")
+    });
     t.assert_restored();
 }

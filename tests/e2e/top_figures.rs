@@ -42,7 +42,11 @@ async fn ps_shows_a_busy_tree_using_cpu_and_memory_and_an_idle_one_using_none() 
     assert!(busy_rss.is_some_and(|r| r > 100 * 1024), "{ps}");
     assert_eq!(idle_cpu, Some(0.0), "a sleeping process uses no CPU: {ps}");
     assert!(idle_rss.is_some_and(|r| r > 0), "{ps}");
-    assert_eq!(figures(&ps, &ended), (None, None), "no figures once ended: {ps}");
+    assert_eq!(
+        figures(&ps, &ended),
+        (None, None),
+        "no figures once ended: {ps}"
+    );
 
     // The MCP `ps` carries the same fields (structured and in the lean text).
     let mcp = Mcp::start(&d, &[]).await;
@@ -55,10 +59,13 @@ async fn ps_shows_a_busy_tree_using_cpu_and_memory_and_an_idle_one_using_none() 
     mcp.close().await;
 
     // `yieldctl ps`: CPU and MEM columns.
-    let table = String::from_utf8(run(d.yieldctl().args(["ps", "--running"])).stdout)
-        .expect("utf-8");
+    let table =
+        String::from_utf8(run(d.yieldctl().args(["ps", "--running"])).stdout).expect("utf-8");
     let header = table.lines().next().expect("header");
-    assert!(header.contains(" CPU ") && header.contains(" MEM "), "{table}");
+    assert!(
+        header.contains(" CPU ") && header.contains(" MEM "),
+        "{table}"
+    );
     let idle_row = table
         .lines()
         .find(|l| l.starts_with(&idle))
@@ -200,10 +207,15 @@ async fn a_viewer_that_stops_reading_holds_up_no_one_and_one_that_leaves_leaves_
     let other = d.session();
     let mut stream = other.session.watch(watch()).await.expect("watch");
     let mut rows = std::collections::HashMap::new();
-    until_event(&mut stream, &mut rows, "every row, all output counted", |_, rows| {
-        ids.iter()
-            .all(|id| rows.get(id).is_some_and(|p| p.stdout_bytes == 5_000_000))
-    })
+    until_event(
+        &mut stream,
+        &mut rows,
+        "every row, all output counted",
+        |_, rows| {
+            ids.iter()
+                .all(|id| rows.get(id).is_some_and(|p| p.stdout_bytes == 5_000_000))
+        },
+    )
     .await;
     // And the daemon answers as usual.
     let listed = tokio::time::timeout(Duration::from_secs(10), c.list(pb::Scope::All, false))

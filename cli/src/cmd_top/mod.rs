@@ -15,6 +15,7 @@
 
 mod draw;
 mod inert;
+mod keys;
 mod pane;
 mod screen;
 mod table;
@@ -24,7 +25,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use crossterm::event::{Event, EventStream, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -35,6 +35,7 @@ use yieldshell_proto::pb;
 
 use crate::{Ctx, exit, render};
 use draw::Mode;
+use keys::Key;
 use pane::{Pane, PaneEvent};
 
 /// Arguments of `top`.
@@ -196,12 +197,9 @@ enum Action {
     Stop(String),
 }
 
-fn on_key(app: &mut App, key: KeyEvent) -> Action {
-    if key.kind != KeyEventKind::Press {
-        return Action::None;
-    }
-    let ctrl_c = key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c');
-    if let (Some(c), KeyCode::Char(k)) = (app.panic_key, key.code)
+fn on_key(app: &mut App, key: Key) -> Action {
+    let ctrl_c = key == Key::CtrlC;
+    if let (Some(c), Key::Char(k)) = (app.panic_key, key)
         && c == k
     {
         panic!("yieldctl top: the test fault top_panic_on_key:{c} was asked for");
@@ -209,15 +207,15 @@ fn on_key(app: &mut App, key: KeyEvent) -> Action {
     app.message = None;
     match std::mem::replace(&mut app.mode, Mode::Normal) {
         Mode::Filter => {
-            match key.code {
-                KeyCode::Enter => {}
-                KeyCode::Esc => app.table.filter.clear(),
-                KeyCode::Backspace => {
+            match key {
+                Key::Enter => {}
+                Key::Esc => app.table.filter.clear(),
+                Key::Backspace => {
                     app.table.filter.pop();
                     app.mode = Mode::Filter;
                 }
                 _ if ctrl_c => return Action::Quit,
-                KeyCode::Char(c) => {
+                Key::Char(c) => {
                     app.table.filter.push(c);
                     app.mode = Mode::Filter;
                 }
@@ -227,7 +225,7 @@ fn on_key(app: &mut App, key: KeyEvent) -> Action {
             Action::None
         }
         Mode::ConfirmStop(id) => {
-            if key.code == KeyCode::Char('y') {
+            if key == Key::Char('y') {
                 Action::Stop(id)
             } else {
                 app.message = Some(format!("{id} left running"));
@@ -238,23 +236,23 @@ fn on_key(app: &mut App, key: KeyEvent) -> Action {
             if ctrl_c {
                 return Action::Quit;
             }
-            match key.code {
-                KeyCode::Char('q') | KeyCode::Esc => return Action::Quit,
-                KeyCode::Up | KeyCode::Char('k') => app.table.move_selection(-1),
-                KeyCode::Down | KeyCode::Char('j') => app.table.move_selection(1),
-                KeyCode::PageUp => app.table.move_selection(-10),
-                KeyCode::PageDown => app.table.move_selection(10),
-                KeyCode::Home | KeyCode::Char('g') => app.table.select_end(true),
-                KeyCode::End | KeyCode::Char('G') => app.table.select_end(false),
-                KeyCode::Char('/') => app.mode = Mode::Filter,
-                KeyCode::Char('<') => app.table.sort = app.table.sort.step(false),
-                KeyCode::Char('>') => app.table.sort = app.table.sort.step(true),
-                KeyCode::Char('r') => app.table.descending = !app.table.descending,
-                KeyCode::Char('e') => {
+            match key {
+                Key::Char('q') | Key::Esc => return Action::Quit,
+                Key::Up | Key::Char('k') => app.table.move_selection(-1),
+                Key::Down | Key::Char('j') => app.table.move_selection(1),
+                Key::PageUp => app.table.move_selection(-10),
+                Key::PageDown => app.table.move_selection(10),
+                Key::Home | Key::Char('g') => app.table.select_end(true),
+                Key::End | Key::Char('G') => app.table.select_end(false),
+                Key::Char('/') => app.mode = Mode::Filter,
+                Key::Char('<') => app.table.sort = app.table.sort.step(false),
+                Key::Char('>') => app.table.sort = app.table.sort.step(true),
+                Key::Char('r') => app.table.descending = !app.table.descending,
+                Key::Char('e') => {
                     app.table.show_ended = !app.table.show_ended;
                     app.table.keep_selection();
                 }
-                KeyCode::Enter => match app.table.selected() {
+                Key::Enter => match app.table.selected() {
                     Some(p) if table::is_running(p) => {
                         return Action::Attach(p.process_id.clone());
                     }
@@ -267,7 +265,7 @@ fn on_key(app: &mut App, key: KeyEvent) -> Action {
                     }
                     None => {}
                 },
-                KeyCode::Char('s') => match app.table.selected() {
+                Key::Char('s') => match app.table.selected() {
                     Some(p) if table::is_running(p) => {
                         app.mode = Mode::ConfirmStop(p.process_id.clone());
                     }
@@ -378,8 +376,9 @@ pub async fn run(ctx: &Ctx, a: TopArgs) -> anyhow::Result<u8> {
         pane_size: (10, 80),
         panic_key: panic_key(),
     };
+    let mut winch = signal(SignalKind::window_change())?;
     let mut screen = screen::Screen::enter()?;
-    let mut keys = EventStream::new();
+    let mut keys = crate::person_terminal::spawn_stdin_reader();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let ending = 'screen: loop {
         app.follow_selected(&session, &pane_tx);
@@ -406,12 +405,24 @@ pub async fn run(ctx: &Ctx, a: TopArgs) -> anyhow::Result<u8> {
             }
         }
         let action = tokio::select! {
-            key = keys.next() => match key {
-                Some(Ok(Event::Key(k))) => on_key(&mut app, k),
-                Some(Ok(_)) => Action::None,
+            typed = keys.recv() => match typed {
+                Some(Ok(bytes)) if !bytes.is_empty() => {
+                    let mut action = Action::None;
+                    for key in keys::parse(&bytes) {
+                        action = on_key(&mut app, key);
+                        if !matches!(action, Action::None) {
+                            // Keys typed after an attach or a quit in the same read are dropped
+                            // (they were typed ahead of a screen that is gone).
+                            break;
+                        }
+                    }
+                    action
+                }
                 // The terminal went away.
-                Some(Err(_)) | None => break 'screen Ending::Signalled(libc::SIGHUP),
+                _ => break 'screen Ending::Signalled(libc::SIGHUP),
             },
+            // A resize: the next frame is drawn at the new size.
+            _ = winch.recv() => Action::None,
             fed = feed_rx.recv() => match fed {
                 Some(Feed::Event(ev)) => {
                     app.connection = None;
@@ -460,15 +471,15 @@ pub async fn run(ctx: &Ctx, a: TopArgs) -> anyhow::Result<u8> {
                 });
             }
             Action::Attach(id) => {
-                // The key reader lets go of the terminal first, so the attach's own reader
-                // gets every key.
+                // The key reader lets go of the terminal first (stopped and joined), so the
+                // attach's own reader gets every key.
                 drop(keys);
                 screen.suspend();
                 let attached =
                     crate::cmd_attach::run(ctx, crate::cmd_attach::AttachArgs::of(id.clone()))
                         .await;
                 screen.resume()?;
-                keys = EventStream::new();
+                keys = crate::person_terminal::spawn_stdin_reader();
                 // A Ctrl-C that detached from a pipe process was the attach's, not a request to
                 // quit: listen afresh (a new listener hears only signals sent from now on).
                 leave = LeaveSignals::new()?;

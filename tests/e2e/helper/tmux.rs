@@ -35,8 +35,16 @@ impl Tmux {
             std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into())
         );
         let mut cmd = t.command();
-        cmd.args(["new-session", "-d", "-x", &cols.to_string(), "-y", &rows.to_string(), "-c"])
-            .arg(dir);
+        cmd.args([
+            "new-session",
+            "-d",
+            "-x",
+            &cols.to_string(),
+            "-y",
+            &rows.to_string(),
+            "-c",
+        ])
+        .arg(dir);
         // Through env(1): tmux's own `-e` does not reliably override PATH for the first window.
         cmd.arg("env")
             .arg(format!("PATH={path}"))
