@@ -14,6 +14,7 @@ mod servers;
 mod stats;
 mod terminal;
 mod versus;
+mod viewers;
 
 use std::path::PathBuf;
 
@@ -53,6 +54,10 @@ pub struct Opts {
     /// start rate in alternating blocks; prints JSON.
     #[arg(long, value_name = "DIR")]
     pub versus: Option<PathBuf>,
+    /// Only the viewers' load (`yieldctl top`): the daemon's CPU time per second and memory with
+    /// 1,000 processes running and 0, 1 and 10 `Watch` streams open; prints JSON.
+    #[arg(long)]
+    pub viewers: bool,
     /// Agent-cost mode: how long the scripted test run takes, in seconds.
     #[arg(long, default_value_t = 20)]
     pub test_run_seconds: u32,
@@ -77,6 +82,9 @@ fn main() -> anyhow::Result<()> {
     }
     if opts.terminal {
         return runtime.block_on(terminal::run(&opts));
+    }
+    if opts.viewers {
+        return runtime.block_on(viewers::run(&opts));
     }
     runtime.block_on(measure::run_all(&opts))
 }
