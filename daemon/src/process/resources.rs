@@ -504,9 +504,7 @@ mod tests {
     fn stat_line(
         pid: i32,
         name: &str,
-        ppid: i32,
-        pgrp: i32,
-        session: i32,
+        (ppid, pgrp, session): (i32, i32, i32),
         ticks: [u64; 4],
         start: u64,
         rss: u64,
@@ -538,9 +536,7 @@ mod tests {
         let line = stat_line(
             42,
             "a (tricky) name) S 1 2 3",
-            7,
-            42,
-            40,
+            (7, 42, 40),
             [150, 50, 30, 20],
             9999,
             256,
@@ -562,18 +558,18 @@ mod tests {
     /// a group of its own in the same session, and an unrelated process 200.
     fn machine(t: [u64; 4], busy: u64) -> Vec<(i32, String)> {
         vec![
-            (100, stat_line(100, "sh", 1, 100, 100, t, 500, 100)),
+            (100, stat_line(100, "sh", (1, 100, 100), t, 500, 100)),
             (
                 101,
-                stat_line(101, "busy loop", 100, 100, 100, [busy, 0, 0, 0], 510, 300),
+                stat_line(101, "busy loop", (100, 100, 100), [busy, 0, 0, 0], 510, 300),
             ),
             (
                 102,
-                stat_line(102, "cat", 100, 102, 100, [0, 0, 0, 0], 520, 50),
+                stat_line(102, "cat", (100, 102, 100), [0, 0, 0, 0], 520, 50),
             ),
             (
                 200,
-                stat_line(200, "other", 1, 200, 200, [busy * 5, 0, 0, 0], 100, 9000),
+                stat_line(200, "other", (1, 200, 200), [busy * 5, 0, 0, 0], 100, 9000),
             ),
         ]
     }
