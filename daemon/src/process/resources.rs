@@ -83,6 +83,8 @@ pub struct ProcSample {
     pub children_ns: u64,
     /// Resident memory, in bytes.
     pub rss_bytes: u64,
+    /// Not a zombie.
+    pub alive: bool,
 }
 
 impl ProcSample {
@@ -253,8 +255,10 @@ pub fn parse_stat(pid: i32, text: &str, units: StatUnits) -> Option<ProcSample> 
     let num = |n: usize| field(n)?.parse::<i64>().ok();
     let ticks = |n: usize| num(n).map(|t| u64::try_from(t.max(0)).unwrap_or(0));
     let ns = |t: u64| t.saturating_mul(units.ns_per_tick);
+    let state = field(3)?.bytes().next()?;
     Some(ProcSample {
         pid,
+        alive: !matches!(state, b'Z' | b'X' | b'x'),
         ppid: i32::try_from(num(4)?).ok()?,
         pgrp: i32::try_from(num(5)?).ok()?,
         session: i32::try_from(num(6)?).ok()?,
@@ -318,6 +322,7 @@ fn read_system() -> Option<Pass> {
                     // ended between two passes loses its time since the first.
                     children_ns: 0,
                     rss_bytes,
+                    alive: stat.is_alive(),
                 })
             })
             .collect::<Vec<_>>();
@@ -409,6 +414,16 @@ async fn sample(daemon: Weak<Daemon>) {
         let warm = last.is_some();
         let done = tokio::task::spawn_blocking(move || {
             let cur = read_system()?;
+            // The same pass tells the input-wait and port checks who is in which session.
+            #[cfg(target_os = "linux")]
+            super::sessions::offer(
+                cur.taken,
+                cur.processes
+                    .values()
+                    .filter(|p| p.alive)
+                    .map(|p| (p.pid, p.session, p.pgrp))
+                    .collect(),
+            );
             let found = figures(last.as_ref(), &cur, &trees);
             Some((cur, found))
         })
@@ -635,6 +650,7 @@ mod tests {
             own_ns: 0,
             children_ns: children,
             rss_bytes: 0,
+            alive: true,
         };
         let child = |pid: i32, start: u64, own: u64| ProcSample {
             pid,
@@ -645,6 +661,7 @@ mod tests {
             own_ns: own,
             children_ns: 0,
             rss_bytes: 0,
+            alive: true,
         };
         let sec = 1_000_000_000;
         // A compiler that had used 30 s by the first pass, then 1 s more before it ended and the
@@ -682,6 +699,7 @@ mod tests {
             own_ns: 5_000_000,
             children_ns: 0,
             rss_bytes: 4096,
+            alive: true,
         };
         let first = Pass::new(t0, [sample(100, 500)]);
         let second = Pass::new(

@@ -7,7 +7,8 @@
 //! while at least one viewer is connected, and publishes each new version through a `watch`
 //! channel. It looks again every [`TICK`], at once when a process is registered or removed, and
 //! when the sampler ([`crate::process::resources`]) has new figures; the input-wait and port
-//! checks ([`crate::process::live_facts`]) are refreshed every [`FACTS_EVERY`]. A row whose
+//! checks ([`crate::process::live_facts`]) are refreshed every [`FACTS_EVERY`], right after a
+//! pass of the sampler, whose reading of every `/proc/<pid>/stat` they then reuse. A row whose
 //! content did not change keeps its `Arc`, so a version costs the rows that changed, and the
 //! table is published only when one did.
 //!
@@ -40,8 +41,12 @@ use crate::process::{ManagedProcess, live_facts, resources, unix_ms};
 
 /// How often the hub looks for output and state changes.
 pub const TICK: Duration = Duration::from_millis(250);
-/// How often the input-wait and listening checks of running processes are refreshed.
-pub const FACTS_EVERY: Duration = Duration::from_secs(1);
+/// How often the input-wait and listening checks of running processes are refreshed: right
+/// after a pass of the figures' sampler once this long passed (that pass then also tells the
+/// checks who is in which session), or after [`FACTS_AT_MOST`] whatever the sampler does.
+pub const FACTS_EVERY: Duration = Duration::from_secs(2);
+/// The longest the checks go without a refresh.
+const FACTS_AT_MOST: Duration = Duration::from_secs(3);
 /// How long the hub keeps running after its last viewer left (a viewer that reconnects, or
 /// several run one after another, finds it warm).
 const LINGER: Duration = Duration::from_secs(5);
@@ -121,6 +126,7 @@ async fn build(daemon: Weak<Daemon>, epoch: u64) {
     // The input-wait and ports of each running process, from the last refresh.
     let mut facts: HashMap<String, (Option<bool>, Vec<String>)> = HashMap::new();
     let mut facts_at: Option<Instant> = None;
+    let mut facts_after_pass: Option<Instant> = None;
     let mut alone_since: Option<Instant> = None;
     let mut published = false;
     loop {
@@ -129,7 +135,11 @@ async fn build(daemon: Weak<Daemon>, epoch: u64) {
         let mut figures_rx = d.figures.demand(&d);
         let figures = resources::latest(&d);
         let procs = d.registry.all();
-        let refresh = facts_at.is_none_or(|at| at.elapsed() >= FACTS_EVERY);
+        let new_pass = figures.taken.is_some() && figures.taken != facts_after_pass;
+        let refresh = facts_at.is_none_or(|at| {
+            (new_pass && at.elapsed() >= FACTS_EVERY.saturating_sub(TICK))
+                || at.elapsed() >= FACTS_AT_MOST
+        });
         if refresh {
             let running: Vec<&Arc<ManagedProcess>> =
                 procs.iter().filter(|p| p.is_running()).collect();
@@ -145,6 +155,7 @@ async fn build(daemon: Weak<Daemon>, epoch: u64) {
                 .map(|(p, i)| (p.facts.id.clone(), (i.waiting_for_input, i.listening)))
                 .collect();
             facts_at = Some(Instant::now());
+            facts_after_pass = figures.taken;
         }
         let mut changed = !published;
         let mut next: HashMap<String, Seen> = HashMap::with_capacity(procs.len());
