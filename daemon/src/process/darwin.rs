@@ -165,6 +165,9 @@ pub fn resident_bytes(pid: i32) -> Option<u64> {
 /// from one `proc_pidinfo(PROC_PIDTASKINFO)`. The kernel gives the times in Mach absolute time
 /// units, which are nanoseconds on Intel and ticks of `mach_timebase_info` on Apple silicon.
 #[cfg(target_os = "macos")]
+// libc marks `mach_timebase_info` (the struct and the call) deprecated in favour of the mach2
+// crate; it is the same system call, and one use does not justify another dependency.
+#[allow(deprecated)]
 pub fn cpu_and_resident(pid: i32) -> Option<(u64, u64)> {
     let size = std::mem::size_of::<libc::proc_taskinfo>();
     // SAFETY: an all-zero proc_taskinfo is a valid value of this plain C struct.
@@ -184,7 +187,6 @@ pub fn cpu_and_resident(pid: i32) -> Option<(u64, u64)> {
     }
     let mut base = libc::mach_timebase_info { numer: 1, denom: 1 };
     // SAFETY: mach_timebase_info writes one struct into the pointer, a live local of that type.
-    #[allow(deprecated)] // libc points at the mach2 crate for this call; it is the same function.
     let rc = unsafe { libc::mach_timebase_info(&raw mut base) };
     let (numer, denom) = if rc == 0 && base.denom != 0 {
         (u128::from(base.numer), u128::from(base.denom))
