@@ -15,6 +15,7 @@ mod servers;
 mod stats;
 mod terminal;
 mod versus;
+mod viewers;
 
 use std::path::PathBuf;
 
@@ -58,6 +59,10 @@ pub struct Opts {
     /// namespaces) paired with unsandboxed rounds; prints JSON.
     #[arg(long)]
     pub sandbox: bool,
+    /// Only the viewers' load (`yieldctl top`): the daemon's CPU time per second and memory with
+    /// 1,000 processes running and 0, 1 and 10 `Watch` streams open; prints JSON.
+    #[arg(long)]
+    pub viewers: bool,
     /// Agent-cost mode: how long the scripted test run takes, in seconds.
     #[arg(long, default_value_t = 20)]
     pub test_run_seconds: u32,
@@ -85,6 +90,9 @@ fn main() -> anyhow::Result<()> {
     }
     if opts.sandbox {
         return runtime.block_on(sandbox::run(&opts));
+    }
+    if opts.viewers {
+        return runtime.block_on(viewers::run(&opts));
     }
     runtime.block_on(measure::run_all(&opts))
 }

@@ -33,8 +33,16 @@ pub const DETACH_KEY: u8 = 0x1d;
 /// Arguments of `attach`.
 #[derive(Debug, Args)]
 pub struct AttachArgs {
-    /// Process id.
+    /// Process id, or the name given at exec.
+    #[arg(add = clap_complete::engine::ArgValueCompleter::new(crate::process_names::complete))]
     id: String,
+}
+
+impl AttachArgs {
+    /// The arguments of `yieldctl attach ID` (for `yieldctl top`'s Enter).
+    pub fn of(id: String) -> AttachArgs {
+        AttachArgs { id }
+    }
 }
 
 /// Why an attach ended.
@@ -75,7 +83,7 @@ impl LeaveSignals {
     }
 }
 
-pub async fn run(ctx: &Ctx, a: AttachArgs) -> anyhow::Result<u8> {
+pub async fn run(ctx: &Ctx, mut a: AttachArgs) -> anyhow::Result<u8> {
     if !person_terminal::stdin_is_terminal() {
         eprintln!(
             "yieldctl: attach needs a terminal on stdin (it is for a person typing); a script \
@@ -86,6 +94,7 @@ pub async fn run(ctx: &Ctx, a: AttachArgs) -> anyhow::Result<u8> {
         return Ok(exit::USAGE);
     }
     let session = ctx.session()?;
+    a.id = crate::process_names::resolve(&session, &a.id).await?;
     let size = person_terminal::person_window_size().unwrap_or(person_terminal::DEFAULT_SIZE);
     let first = session
         .read(pb::ReadRequest {

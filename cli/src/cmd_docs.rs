@@ -26,11 +26,26 @@ pub struct ManArgs {
     dir: Option<PathBuf>,
 }
 
-/// Prints the completion script for a shell.
+/// Prints the completion script for a shell: it registers `yieldctl` itself as the completer
+/// (clap_complete's dynamic completion), so subcommands and options come from the same clap
+/// definition and process ids and names come from the daemon at Tab time
+/// ([`crate::process_names::complete`]). The script calls `yieldctl` from `PATH` (no path of
+/// this machine is written into it).
 pub fn completions(a: CompletionsArgs) -> anyhow::Result<u8> {
-    let mut cmd = Cli::command();
+    let name = match a.shell {
+        clap_complete::Shell::Bash => "bash",
+        clap_complete::Shell::Zsh => "zsh",
+        clap_complete::Shell::Fish => "fish",
+        clap_complete::Shell::Elvish => "elvish",
+        clap_complete::Shell::PowerShell => "powershell",
+        other => anyhow::bail!("no completion script for {other}"),
+    };
+    let shells = clap_complete::env::Shells::builtins();
+    let shell = shells
+        .completer(name)
+        .ok_or_else(|| anyhow::anyhow!("no completion script for {name}"))?;
     let mut script = Vec::new();
-    clap_complete::generate(a.shell, &mut cmd, "yieldctl", &mut script);
+    shell.write_registration("COMPLETE", "yieldctl", "yieldctl", "yieldctl", &mut script)?;
     render::stdout_bytes(&script)?;
     Ok(exit::OK)
 }

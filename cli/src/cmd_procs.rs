@@ -55,8 +55,8 @@ pub async fn ps(ctx: &Ctx, a: PsArgs) -> anyhow::Result<u8> {
     }
     let mut table = render::Table::new(
         vec![
-            "ID", "PID", "STATUS", "TTY", "EXIT", "STARTED", "TIME", "PORTS", "SANDBOX", "NAME",
-            "COMMAND",
+            "ID", "PID", "STATUS", "TTY", "EXIT", "STARTED", "TIME", "CPU", "MEM", "PORTS",
+            "SANDBOX", "NAME", "COMMAND",
         ],
         ctx.color,
     );
@@ -89,6 +89,8 @@ pub async fn ps(ctx: &Ctx, a: PsArgs) -> anyhow::Result<u8> {
             (exit, None),
             (render::ago(now, p.started_at_unix_ms), None),
             (render::duration_ms(p.duration_ms), None),
+            (render::cpu(p.cpu_percent), None),
+            (render::memory(p.rss_bytes), None),
             (ports(&p.listening), None),
             (sandbox(p.sandbox.as_ref()), None),
             (
@@ -118,7 +120,7 @@ fn sandbox(s: Option<&pb::Sandbox>) -> String {
 
 /// The PORTS column: the ports of the listening addresses, each once, in their order (by port);
 /// `--json ps` has the addresses.
-fn ports(listening: &[String]) -> String {
+pub fn ports(listening: &[String]) -> String {
     let mut ports: Vec<&str> = listening
         .iter()
         .filter_map(|a| a.rsplit_once(':').map(|(_, port)| port))
@@ -136,7 +138,8 @@ fn ports(listening: &[String]) -> String {
 /// Arguments of `stop`.
 #[derive(Debug, Args)]
 pub struct StopArgs {
-    /// Process id.
+    /// Process id, or the name given at exec.
+    #[arg(add = clap_complete::engine::ArgValueCompleter::new(crate::process_names::complete))]
     id: String,
     /// Signal to send first (TERM, SIGINT, KILL, 9, …).
     #[arg(long, default_value = "SIGTERM")]
@@ -146,8 +149,9 @@ pub struct StopArgs {
     force_after_ms: u64,
 }
 
-pub async fn stop(ctx: &Ctx, a: StopArgs) -> anyhow::Result<u8> {
+pub async fn stop(ctx: &Ctx, mut a: StopArgs) -> anyhow::Result<u8> {
     let session = ctx.session()?;
+    a.id = crate::process_names::resolve(&session, &a.id).await?;
     let req = pb::StopRequest {
         process_id: a.id.clone(),
         signal: a.signal,
@@ -197,7 +201,8 @@ pub async fn stop(ctx: &Ctx, a: StopArgs) -> anyhow::Result<u8> {
 /// Arguments of `write`.
 #[derive(Debug, Args)]
 pub struct WriteArgs {
-    /// Process id.
+    /// Process id, or the name given at exec.
+    #[arg(add = clap_complete::engine::ArgValueCompleter::new(crate::process_names::complete))]
     id: String,
     /// Text to write (any bytes).
     #[arg(
@@ -227,8 +232,9 @@ pub struct WriteArgs {
     timeout: u64,
 }
 
-pub async fn write(ctx: &Ctx, a: WriteArgs) -> anyhow::Result<u8> {
+pub async fn write(ctx: &Ctx, mut a: WriteArgs) -> anyhow::Result<u8> {
     let session = ctx.session()?;
+    a.id = crate::process_names::resolve(&session, &a.id).await?;
     let mut input = a
         .text
         .as_deref()

@@ -44,7 +44,8 @@ impl StreamArg {
 /// Arguments of `read`.
 #[derive(Debug, Args)]
 pub struct ReadArgs {
-    /// Process id.
+    /// Process id, or the name given at exec.
+    #[arg(add = clap_complete::engine::ArgValueCompleter::new(crate::process_names::complete))]
     id: String,
     /// Keep printing new output until the process ends.
     #[arg(long, short = 'f')]
@@ -85,8 +86,9 @@ fn process_error(ctx: &Ctx, id: &str, e: ClientError) -> anyhow::Result<u8> {
     }
 }
 
-pub async fn read(ctx: &Ctx, a: ReadArgs) -> anyhow::Result<u8> {
+pub async fn read(ctx: &Ctx, mut a: ReadArgs) -> anyhow::Result<u8> {
     let session = ctx.session()?;
+    a.id = crate::process_names::resolve(&session, &a.id).await?;
     let streams = a.stream.selection();
     let base = pb::ReadRequest {
         process_id: a.id.clone(),
@@ -226,7 +228,8 @@ async fn print_screen(
 /// Arguments of `wait`.
 #[derive(Debug, Args)]
 pub struct WaitArgs {
-    /// Process id.
+    /// Process id, or the name given at exec.
+    #[arg(add = clap_complete::engine::ArgValueCompleter::new(crate::process_names::complete))]
     id: String,
     /// Give up after this many milliseconds (the process keeps running) [default: wait forever].
     #[arg(long, value_name = "MS")]
@@ -242,8 +245,9 @@ pub struct WaitArgs {
     for_input: bool,
 }
 
-pub async fn wait(ctx: &Ctx, a: WaitArgs) -> anyhow::Result<u8> {
+pub async fn wait(ctx: &Ctx, mut a: WaitArgs) -> anyhow::Result<u8> {
     let session = ctx.session()?;
+    a.id = crate::process_names::resolve(&session, &a.id).await?;
     let req = pb::WaitRequest {
         process_id: a.id.clone(),
         timeout_ms: a.timeout_ms,

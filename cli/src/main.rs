@@ -18,9 +18,12 @@ mod cmd_exec;
 mod cmd_procs;
 mod cmd_read;
 mod cmd_service;
+#[cfg(unix)]
+mod cmd_top;
 mod exit;
 mod follow_stream;
 mod person_terminal;
+mod process_names;
 mod render;
 mod style;
 
@@ -70,6 +73,9 @@ pub enum Command {
     /// Join a running process from this terminal: see its screen, type into it, Ctrl-] detaches.
     #[cfg(unix)]
     Attach(cmd_attach::AttachArgs),
+    /// A live screen of the processes: CPU, memory, ports, who waits for input; attach, stop.
+    #[cfg(unix)]
+    Top(cmd_top::TopArgs),
     /// Remove records (and saved output) of ended processes.
     Cleanup(cmd_procs::CleanupArgs),
     /// Manage the daemon itself.
@@ -118,6 +124,11 @@ impl Ctx {
 }
 
 fn main() -> std::process::ExitCode {
+    // A shell asking for completions (`COMPLETE=bash yieldctl -- …`, from the script that
+    // `yieldctl completions` prints) is answered here, before anything else runs.
+    clap_complete::CompleteEnv::with_factory(<Cli as clap::CommandFactory>::command)
+        .completer("yieldctl")
+        .complete();
     let cli = Cli::parse();
     let mut opts = ConnectOptions::from_env("yieldctl");
     if let Some(s) = &cli.socket {
@@ -148,6 +159,8 @@ fn main() -> std::process::ExitCode {
             Command::Write(a) => cmd_procs::write(&ctx, a).await,
             #[cfg(unix)]
             Command::Attach(a) => cmd_attach::run(&ctx, a).await,
+            #[cfg(unix)]
+            Command::Top(a) => cmd_top::run(&ctx, a).await,
             Command::Cleanup(a) => cmd_procs::cleanup(&ctx, a).await,
             Command::Daemon(c) => cmd_daemon::run(&ctx, c).await,
             Command::Service(c) => cmd_service::run(&ctx, c).await,

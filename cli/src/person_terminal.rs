@@ -141,19 +141,74 @@ fn install_panic_hook() {
 }
 
 #[cfg(unix)]
-/// Reads stdin on a dedicated thread (a blocking read must not stall the runtime) and sends
+/// Reads stdin on a dedicated thread (a blocking read must not stall the runtime) and hands over
 /// whatever each read returned: in raw mode that is every key as it is typed, several at once
 /// when they arrive together (a paste); in line mode a whole line. An empty chunk means end of
 /// input (Ctrl-D on an empty line in line mode), after which the thread ends.
 ///
-/// The thread is not joined: it may stay blocked in `read` until the process exits, which is
-/// right after an attach ends.
-pub fn spawn_stdin_reader() -> mpsc::Receiver<std::io::Result<Vec<u8>>> {
+/// Dropping the reader stops its thread and waits for it: the thread reads only after `poll`
+/// says a key is there and no stop was asked for, so once the drop returns nothing reads stdin
+/// any more, and the next key goes to whoever reads it next (`yieldctl top` after an attach).
+pub struct StdinReader {
+    rx: mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    stop: Option<std::os::unix::net::UnixStream>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+#[cfg(unix)]
+impl StdinReader {
+    /// The next chunk; `None` once the thread ended.
+    pub async fn recv(&mut self) -> Option<std::io::Result<Vec<u8>>> {
+        self.rx.recv().await
+    }
+}
+
+#[cfg(unix)]
+impl Drop for StdinReader {
+    fn drop(&mut self) {
+        // A thread blocked handing over a chunk gets an error instead; one waiting in `poll`
+        // sees the stop socket readable (a byte, or its peer closed).
+        self.rx.close();
+        if let Some(mut stop) = self.stop.take() {
+            let _ = std::io::Write::write_all(&mut stop, b"x");
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(unix)]
+/// Starts a [`StdinReader`].
+pub fn spawn_stdin_reader() -> StdinReader {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     let (tx, rx) = mpsc::channel(64);
-    std::thread::spawn(move || {
+    let (stop, stopped) = match std::os::unix::net::UnixStream::pair() {
+        Ok((a, b)) => (Some(a), Some(b)),
+        // Without a stop socket the thread cannot be woken: it ends at its next key instead.
+        Err(_) => (None, None),
+    };
+    let thread = std::thread::spawn(move || {
         let mut stdin = std::io::stdin();
         let mut buf = vec![0u8; 4096];
         loop {
+            if let Some(stopped) = stopped.as_ref() {
+                let stdin_fd = std::io::stdin();
+                let mut fds = [
+                    PollFd::new(stdin_fd.as_fd(), PollFlags::POLLIN),
+                    PollFd::new(stopped.as_fd(), PollFlags::POLLIN),
+                ];
+                match poll(&mut fds, PollTimeout::NONE) {
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Err(_) => {}
+                    Ok(_) => {
+                        let woken = fds[1].revents().is_some_and(|r| !r.is_empty());
+                        if woken || tx.is_closed() {
+                            return;
+                        }
+                    }
+                }
+            }
             let chunk = match stdin.read(&mut buf) {
                 Ok(n) => Ok(buf[..n].to_vec()),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -165,7 +220,11 @@ pub fn spawn_stdin_reader() -> mpsc::Receiver<std::io::Result<Vec<u8>>> {
             }
         }
     });
-    rx
+    StdinReader {
+        rx,
+        stop,
+        thread: Some(thread),
+    }
 }
 
 /// Parses `COLSxROWS` (`120x40`).

@@ -102,6 +102,31 @@ pub fn ago(now_ms: i64, then_ms: i64) -> String {
     }
 }
 
+/// A CPU figure: `12.5%` (percent of one CPU), `-` when there is none.
+pub fn cpu(percent: Option<f64>) -> String {
+    match percent {
+        Some(p) if p >= 100.0 => format!("{p:.0}%"),
+        Some(p) => format!("{p:.1}%"),
+        None => "-".into(),
+    }
+}
+
+/// Resident memory: `812K`, `23.4M`, `1.2G` (powers of 1024), `-` when there is none.
+pub fn memory(bytes: Option<u64>) -> String {
+    let Some(b) = bytes else {
+        return "-".into();
+    };
+    const K: f64 = 1024.0;
+    let b = b as f64;
+    if b < K * K {
+        format!("{:.0}K", b / K)
+    } else if b < K * K * K {
+        format!("{:.1}M", b / (K * K))
+    } else {
+        format!("{:.1}G", b / (K * K * K))
+    }
+}
+
 /// The current time in Unix milliseconds.
 pub fn now_unix_ms() -> i64 {
     std::time::SystemTime::now()
@@ -194,6 +219,17 @@ mod tests {
     fn escapes_terminal_control_sequences() {
         assert_eq!(escape(b"a\x1b[31mb\n"), "a\\x1b[31mb\\n");
         assert_eq!(escape(b"\xff"), "\u{fffd}");
+    }
+
+    #[test]
+    fn figures_read_as_percent_and_binary_units() {
+        assert_eq!(cpu(Some(12.34)), "12.3%");
+        assert_eq!(cpu(Some(199.6)), "200%");
+        assert_eq!(cpu(None), "-");
+        assert_eq!(memory(Some(812 * 1024)), "812K");
+        assert_eq!(memory(Some(23 * 1024 * 1024 + 400 * 1024)), "23.4M");
+        assert_eq!(memory(Some(3 << 30)), "3.0G");
+        assert_eq!(memory(None), "-");
     }
 
     #[test]

@@ -146,6 +146,8 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<Ended
         log_dir,
         spawn_lock: Mutex::new(()),
         starts_in_flight: std::sync::atomic::AtomicUsize::new(0),
+        figures: Default::default(),
+        watchers: Default::default(),
         actors: Mutex::new(Vec::new()),
         #[cfg(unix)]
         sandbox_kernel: tokio::sync::OnceCell::new(),

@@ -8,12 +8,26 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use tokio::sync::watch;
+
 use crate::process::ManagedProcess;
 
 /// All known processes, running or ended.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Registry {
     procs: Mutex<HashMap<String, Arc<ManagedProcess>>>,
+    /// Counts inserts and removals, so a live viewer (`Watch`) shows a new process at once
+    /// instead of at its next look.
+    changes: watch::Sender<u64>,
+}
+
+impl Default for Registry {
+    fn default() -> Registry {
+        Registry {
+            procs: Mutex::default(),
+            changes: watch::channel(0).0,
+        }
+    }
 }
 
 impl Registry {
@@ -24,6 +38,12 @@ impl Registry {
     /// Adds a process.
     pub fn insert(&self, p: Arc<ManagedProcess>) {
         self.lock().insert(p.facts.id.clone(), p);
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    /// Wakes on every insert and removal.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// Looks a process up.
@@ -38,7 +58,11 @@ impl Registry {
 
     /// Removes a process.
     pub fn remove(&self, id: &str) -> Option<Arc<ManagedProcess>> {
-        self.lock().remove(id)
+        let removed = self.lock().remove(id);
+        if removed.is_some() {
+            self.changes.send_modify(|n| *n += 1);
+        }
+        removed
     }
 
     /// A snapshot of every process.

@@ -54,6 +54,10 @@ pub struct Daemon {
     /// `exec`s between their limit check and their registration. Shutdown waits for them, so
     /// no process is registered after its sweep (none starts once shutdown began).
     pub starts_in_flight: std::sync::atomic::AtomicUsize,
+    /// CPU and memory figures of running processes' trees (`ps`, `Watch`).
+    pub figures: process::resources::Sampler,
+    /// The live viewers' table (`Watch`), built while any viewer is connected.
+    pub watchers: crate::service::watch::Hub,
     /// Actor watchdogs, awaited at shutdown.
     pub(crate) actors: Mutex<Vec<JoinHandle<()>>>,
     /// What the kernel lets the sandbox use, found on the first sandboxed `exec`.

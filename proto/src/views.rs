@@ -611,6 +611,11 @@ pub struct ProcessSummary {
     /// `[::]:8080`), sorted by port (absent when none, or where it cannot be told).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listening: Vec<String>,
+    /// While running: CPU use of its process tree over the last second or so, in percent of one
+    /// CPU.
+    pub cpu_percent: Option<f64>,
+    /// While running: resident memory of its process tree.
+    pub rss_bytes: Option<u64>,
     /// What the kernel lets it do, when it runs sandboxed (absent: unsandboxed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxView>,
@@ -640,6 +645,8 @@ impl From<&pb::ProcessInfo> for ProcessSummary {
             tty: p.tty,
             echo_off: p.echo_off == Some(true),
             listening: p.listening.clone(),
+            cpu_percent: p.cpu_percent,
+            rss_bytes: p.rss_bytes,
             sandbox: p.sandbox.as_ref().map(SandboxView::from),
         }
     }

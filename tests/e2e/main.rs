@@ -6,6 +6,7 @@ mod mcp;
 
 mod attach;
 mod cli;
+mod cli_names;
 mod cli_terminal;
 mod client_robustness;
 mod daemon_exec;
@@ -49,4 +50,6 @@ mod session_reconnect;
 mod shim;
 mod shim_jsonrpc;
 mod terminal;
+mod top;
+mod top_figures;
 mod windows_wine;

@@ -359,9 +359,16 @@ fn completions_are_generated_for_every_shell() {
         let out = run(Command::new(bin("yieldctl")).args(["completions", shell]));
         assert!(out.status.success(), "{shell}: {}", text(&out.stderr));
         let script = text(&out.stdout);
-        for sub in ["exec", "ps", "read", "service", "completions", "daemon"] {
-            assert!(script.contains(sub), "{shell} completion lacks {sub}");
-        }
+        // The script registers `yieldctl` (from PATH, no path of the build machine) as its
+        // own completer.
+        assert!(
+            script.contains("COMPLETE") && script.contains("yieldctl"),
+            "{shell}: {script}"
+        );
+        assert!(
+            !script.contains(env!("CARGO_MANIFEST_DIR")),
+            "{shell}: {script}"
+        );
     }
     // The bash script is valid bash.
     let script = run(Command::new(bin("yieldctl")).args(["completions", "bash"])).stdout;
@@ -370,6 +377,28 @@ fn completions_are_generated_for_every_shell() {
     std::fs::write(&file, script).expect("write");
     let check = run(Command::new("bash").arg("-n").arg(&file));
     assert!(check.status.success(), "{}", text(&check.stderr));
+    // What the registered completer answers: the subcommands, as the clap definition has them.
+    let out = run(Command::new(bin("yieldctl"))
+        .args(["--", "yieldctl", ""])
+        .env("COMPLETE", "fish"));
+    let words: Vec<String> = text(&out.stdout)
+        .lines()
+        .map(|l| l.split('\t').next().unwrap_or_default().to_string())
+        .collect();
+    for sub in [
+        "exec",
+        "ps",
+        "read",
+        "top",
+        "service",
+        "completions",
+        "daemon",
+    ] {
+        assert!(
+            words.iter().any(|w| w == sub),
+            "completion lacks {sub}: {words:?}"
+        );
+    }
     let bad = run(Command::new(bin("yieldctl")).args(["completions", "tcsh"]));
     assert_eq!(
         bad.status.code(),

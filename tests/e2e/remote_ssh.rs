@@ -356,3 +356,71 @@ async fn a_dropped_connection_leaves_remote_processes_running_for_yieldctl_over_
         marked_processes(&id).is_empty().then_some(())
     });
 }
+
+#[tokio::test]
+#[ignore = "needs tmux: run .ci/test-extra"]
+async fn yieldctl_top_works_through_a_forwarded_socket_with_the_daemons_figures() {
+    let sshd = Sshd::start();
+    // A busy process on the "remote" host, started through the forward below.
+    let local = sshd.dir.path().join("fwd.sock");
+    let forward = format!("{}:{}", local.display(), sshd.remote.socket.display());
+    // The remote daemon is started by a first remote command (the shim, over ssh -T, starts it).
+    let pid_file = sshd.dir.path().join("ssh.pid");
+    let mcp = Mcp::start_command(sshd.mcp_command(&pid_file)).await;
+    let b = body(
+        &mcp.call(
+            "exec",
+            json!({
+                "command": "while :; do :; done",
+                "side_effects": ["NONE"],
+                "yield_ms": 0,
+                "name": "remote-busy",
+            }),
+        )
+        .await,
+    );
+    let id = b["process_id"].as_str().expect("process_id").to_string();
+    let _forward = Killed(
+        sshd.ssh(&["-N", "-o", "ExitOnForwardFailure=yes", "-L", &forward, HOST])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("ssh -L"),
+    );
+    eventually_blocking("the forwarded socket", || local.exists().then_some(()));
+    // Only the socket: no state directory of the remote daemon's, figures from the daemon.
+    let t = crate::helper::Tmux::open(
+        sshd.dir.path(),
+        140,
+        40,
+        &[
+            ("YIELDSHELL_SOCKET", local.display().to_string()),
+            ("YIELDSHELL_NO_AUTOSTART", "1".to_string()),
+            ("RUST_BACKTRACE", "0".to_string()),
+        ],
+    );
+    t.type_line("yieldctl top; echo \"top exited $?\"");
+    let screen = t.wait_for("the remote process with its CPU figure", |s| {
+        s.lines().any(|l| {
+            l.starts_with(&id)
+                && l.contains("remote-busy")
+                && l.split_whitespace().any(|c| {
+                    c.strip_suffix('%')
+                        .and_then(|v| v.parse::<f64>().ok())
+                        .is_some_and(|v| v > 1.0)
+                })
+        })
+    });
+    println!("{screen}");
+    t.keys(&["s"]);
+    t.wait_for("the question", |s| s.contains("and its whole tree?"));
+    t.keys(&["y"]);
+    t.wait_for("the stopped row", |s| {
+        s.lines()
+            .any(|l| l.starts_with(&id) && l.contains("stopped"))
+    });
+    t.keys(&["q"]);
+    t.wait_for("the shell again", |s| s.contains("top exited 0"));
+    t.assert_restored();
+    mcp.close().await;
+}

@@ -114,6 +114,43 @@ pub fn resident_bytes(pid: i32) -> Option<u64> {
     (usize::try_from(got).ok() == Some(size)).then_some(info.pti_resident_size)
 }
 
+/// CPU time (user + system, nanoseconds, the whole life of `pid`) and resident memory (bytes),
+/// from one `proc_pidinfo(PROC_PIDTASKINFO)`. The kernel gives the times in Mach absolute time
+/// units, which are nanoseconds on Intel and ticks of `mach_timebase_info` on Apple silicon.
+#[cfg(target_os = "macos")]
+// libc marks `mach_timebase_info` (the struct and the call) deprecated in favour of the mach2
+// crate; it is the same system call, and one use does not justify another dependency.
+#[allow(deprecated)]
+pub fn cpu_and_resident(pid: i32) -> Option<(u64, u64)> {
+    let size = std::mem::size_of::<libc::proc_taskinfo>();
+    // SAFETY: an all-zero proc_taskinfo is a valid value of this plain C struct.
+    let mut info: libc::proc_taskinfo = unsafe { std::mem::zeroed() };
+    // SAFETY: the buffer is a proc_taskinfo of the size passed.
+    let got = unsafe {
+        libc::proc_pidinfo(
+            pid,
+            libc::PROC_PIDTASKINFO,
+            0,
+            (&raw mut info).cast(),
+            libc::c_int::try_from(size).ok()?,
+        )
+    };
+    if usize::try_from(got).ok() != Some(size) {
+        return None;
+    }
+    let mut base = libc::mach_timebase_info { numer: 1, denom: 1 };
+    // SAFETY: mach_timebase_info writes one struct into the pointer, a live local of that type.
+    let rc = unsafe { libc::mach_timebase_info(&raw mut base) };
+    let (numer, denom) = if rc == 0 && base.denom != 0 {
+        (u128::from(base.numer), u128::from(base.denom))
+    } else {
+        (1, 1)
+    };
+    let units = u128::from(info.pti_total_user) + u128::from(info.pti_total_system);
+    let ns = u64::try_from(units * numer / denom).unwrap_or(u64::MAX);
+    Some((ns, info.pti_resident_size))
+}
+
 /// The environment part of a `KERN_PROCARGS2` answer, whose layout is: `argc` (a native-endian
 /// 32-bit int), the executable's path and its NUL, NUL padding, `argc` NUL-terminated
 /// arguments, then the environment's NUL-terminated `KEY=VALUE` strings, ended by an empty

@@ -18,6 +18,7 @@ pub mod job;
 pub mod launch;
 pub mod listening;
 pub mod live_facts;
+pub mod resources;
 #[cfg(target_os = "linux")]
 pub mod sessions;
 mod stop;
@@ -533,6 +534,9 @@ impl ManagedProcess {
                 .map(|m| m.echo_off && m.canonical),
             cols: size.map_or(0, |s| u32::from(s.cols)),
             rows: size.map_or(0, |s| u32::from(s.rows)),
+            // From the sampler's last pass (`resources`): the RPC handlers add them.
+            cpu_percent: None,
+            rss_bytes: None,
             sandbox: self
                 .facts
                 .sandbox

@@ -56,6 +56,16 @@ pub fn expire_before(instant: Instant) {
     }
 }
 
+/// Takes a pass over `/proc` that another reader took (the CPU and memory sampler,
+/// [`super::resources`], reads every `stat` too) when it is newer than the last one: then one
+/// pass serves both. `processes` are the live ones, as (pid, session, process group).
+pub fn offer(taken: Instant, processes: Vec<(i32, i32, i32)>) {
+    let mut snap = SNAPSHOT.lock().unwrap_or_else(|e| e.into_inner());
+    if snap.as_ref().is_none_or(|s| s.taken < taken) {
+        *snap = Some(Arc::new(Snapshot { taken, processes }));
+    }
+}
+
 /// A pass at most [`SNAPSHOT_TTL`] old; `None` when `/proc` cannot be read. Blocking.
 pub fn snapshot() -> Option<Arc<Snapshot>> {
     let fresh = |s: &Arc<Snapshot>| s.taken.elapsed() < SNAPSHOT_TTL;

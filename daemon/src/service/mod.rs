@@ -5,14 +5,16 @@
 //! when tonic drops them because the client went away: every side effect happens inside an actor
 //! (or, for `exec`, synchronously before the first `.await` that could be cancelled).
 //!
-//! One file per group of calls: [`exec`] (its start is `crate::process::launch`), [`output`] (read, follow, wait), [`procs`] (write,
-//! stop, list, cleanup), [`admin`] (hello, status, sessions, shutdown).
+//! One file per group of calls: [`exec`] (its start is `crate::process::launch`), [`output`]
+//! (read, follow, wait), [`procs`] (write, stop, list, cleanup), [`admin`] (hello, status,
+//! sessions, shutdown), [`watch`] (the live table of `yieldctl top`).
 
 mod admin;
 mod caller;
 mod exec;
 mod output;
 mod procs;
+pub mod watch;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -205,6 +207,15 @@ impl Control for ControlService {
     ) -> Result<Response<pb::CleanupResponse>, Status> {
         let caller = caller::grant_of(&self.daemon, &req);
         procs::cleanup(self, caller.as_ref(), req.into_inner()).map(Response::new)
+    }
+
+    type WatchStream = watch::WatchStream;
+
+    async fn watch(
+        &self,
+        req: Request<pb::WatchRequest>,
+    ) -> Result<Response<watch::WatchStream>, Status> {
+        watch::watch(self, req.into_inner()).map(Response::new)
     }
 
     async fn shutdown(

@@ -8,7 +8,7 @@ use yieldshell_proto::pb;
 use yieldshell_proto::session_config::DEFAULT_CLEANUP_OLDER_THAN_MS;
 
 use super::{ControlService, MAX_WRITE_BYTES, at_most};
-use crate::process::{ManagedProcess, Status, StopReason, live_facts, terminal, tree};
+use crate::process::{ManagedProcess, Status, StopReason, live_facts, resources, terminal, tree};
 use crate::sandbox::Grant;
 use crate::session::Session;
 
@@ -217,6 +217,7 @@ pub(super) async fn list(
         procs.iter().map(|p| &**p).zip(processes.iter_mut()),
     )
     .await;
+    resources::annotate(&svc.daemon, processes.iter_mut()).await;
     Ok(pb::ListResponse { processes, matched })
 }
 

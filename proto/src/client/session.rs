@@ -250,6 +250,20 @@ impl Session {
         .await
     }
 
+    /// Streams the table of processes and its changes (`Watch`). The stream must start within
+    /// [`Deadlines::rpc`](deadlines::Deadlines::rpc); after that it has no deadline.
+    pub async fn watch(
+        &self,
+        mut req: pb::WatchRequest,
+    ) -> Result<tonic::Streaming<pb::WatchEvent>, ClientError> {
+        req.session_id = self.id().to_string();
+        self.call_within("Watch", self.opts.deadlines.rpc, |mut c| {
+            let req = req.clone();
+            async move { c.watch(req).await }
+        })
+        .await
+    }
+
     /// Removes records of ended processes (`Cleanup`).
     pub async fn cleanup(
         &self,

@@ -16,6 +16,7 @@ mod poll;
 mod prerequisites;
 mod procfs;
 mod stats;
+mod tmux;
 
 // Like the items (`dead_code` above), a re-export no test module uses at the moment must not
 // fail `-D warnings`: test modules come and go, the helper stays.
@@ -42,6 +43,8 @@ pub use procfs::{
 };
 #[allow(unused_imports)]
 pub use stats::Latencies;
+#[allow(unused_imports)]
+pub use tmux::Tmux;
 
 /// The numbers of the `tick <n>` lines a `testbin tick` printed, in order.
 pub fn ticks(text: impl AsRef<[u8]>) -> Vec<u64> {
