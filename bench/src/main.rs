@@ -45,7 +45,7 @@ pub struct Opts {
     /// counts do not depend on the build: debug binaries are fine.
     #[arg(long)]
     pub agent_cost: bool,
-    /// Only terminal mode (DESIGN §9): exec latency on a PTY beside pipes, flood throughput
+    /// Only terminal mode (ARCHITECTURE.md, "Terminal processes"): exec latency on a PTY beside pipes, flood throughput
     /// through a PTY, and prompt-to-waiting_for_input latency; prints JSON.
     #[arg(long)]
     pub terminal: bool,

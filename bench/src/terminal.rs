@@ -1,4 +1,4 @@
-//! Terminal mode's figures (issue 12; DESIGN §9), over the control plane (no MCP in between):
+//! Terminal mode's figures (issue 12; ARCHITECTURE.md, "Terminal processes"), over the control plane (no MCP in between):
 //! `exec` latency on a PTY beside pipes, flood throughput through a PTY beside pipes, and how
 //! long it takes from a prompt to `waiting_for_input` (the early return of an `exec` whose
 //! command reads its input right after printing the prompt).

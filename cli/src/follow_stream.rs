@@ -1,4 +1,4 @@
-//! A followed output stream that outlives the daemon serving it (DESIGN §10: processes survive
+//! A followed output stream that outlives the daemon serving it (ARCHITECTURE.md, "Who owns what": processes survive
 //! a daemon crash or `daemon restart`, so a person following one should not be dropped when the
 //! daemon goes). When the stream breaks before the process ended, it is opened again from the
 //! first byte not yet seen — on the daemon that re-adopted the process — so nothing is printed

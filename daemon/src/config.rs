@@ -3,8 +3,8 @@
 //!
 //! The daemon reads only location variables (`YIELDSHELL_SOCKET`, `YIELDSHELL_STATE_DIR`,
 //! `YIELDSHELL_CONFIG`) from its own environment — never policy: policy always comes with each
-//! client session (DESIGN §2). The file can only tighten sessions (see
-//! [`PolicyFloor`](crate::policy::PolicyFloor)).
+//! client session (README, "How it fits together"). The file can only tighten sessions (see
+//! [`PolicyFloor`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

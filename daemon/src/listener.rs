@@ -1,7 +1,7 @@
 //! The control socket: private directory, safe stale-socket handling, systemd socket activation,
 //! and the peer-credential check on every call.
 //!
-//! Binding (RELIABILITY §2.6–2.7): the socket's directory must be ours with mode 0700 (created so
+//! Binding (docs/RELIABILITY.md): the socket's directory must be ours with mode 0700 (created so
 //! if missing); a path that exists is replaced only when it is a socket *and* nothing answers on
 //! it *and* we hold the instance lock; anything else (a live daemon, a regular file, a directory)
 //! is an error that deletes nothing. The socket is created under umask 077, so it is never

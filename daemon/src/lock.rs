@@ -3,7 +3,7 @@
 //!
 //! The kernel releases it when the daemon dies, even by SIGKILL, so a stale lock cannot exist
 //! (unlike a pid file). The descriptor is close-on-exec (std opens files that way), so a managed
-//! process never inherits it and cannot keep a dead daemon "alive" (RELIABILITY §2.8).
+//! process never inherits it and cannot keep a dead daemon "alive" (docs/RELIABILITY.md).
 
 use std::fs::File;
 use std::io::{Read, Seek, Write};

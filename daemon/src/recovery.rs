@@ -1,6 +1,6 @@
 //! Startup recovery: loading the records a previous daemon left, re-adopting the processes
 //! whose holders still run, and making sure nothing else of a previous daemon keeps running
-//! unsupervised (DESIGN §4 "Daemon restart", §10; RELIABILITY §3.1).
+//! unsupervised (README, "How it fits together"; ARCHITECTURE.md, "Who owns what").
 //!
 //! A record still marked `starting`/`running` means the previous daemon did not stop its
 //! process. Then, in order:

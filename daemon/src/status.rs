@@ -17,7 +17,7 @@ pub enum ExitHow {
     Signal(i32),
 }
 
-/// Lifecycle status (DESIGN §3 "Statuses").
+/// Lifecycle status (README, "Tools": statuses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
     /// Spawned and not yet ended.

@@ -1,7 +1,7 @@
 //! Where the daemon lives: socket, state directory, config file — and the checks that keep them
 //! private to their user.
 //!
-//! Rules (DESIGN §2): the socket is `$YIELDSHELL_SOCKET`, else
+//! Rules (README, "How it fits together"): the socket is `$YIELDSHELL_SOCKET`, else
 //! `$XDG_RUNTIME_DIR/yieldshell/yieldshelld.sock`, else `<temp>/yieldshell-<uid>/yieldshelld.sock`.
 //! The state directory is `$YIELDSHELL_STATE_DIR`, else the platform state directory. The socket's
 //! directory must be a real directory owned by the user with no group/other permission bits; we

@@ -1,5 +1,5 @@
 //! A client session's context — environment, default cwd and policy — read from the client's
-//! own environment (DESIGN §2, §5).
+//! own environment (README, "Configuration").
 //!
 //! Clients validate everything here before connecting, so a bad configuration fails at startup
 //! with a message naming the variable (and, for side effects, listing the valid values) instead

@@ -1,4 +1,4 @@
-//! The JSON objects the MCP tools return (DESIGN §3), built from control-plane responses.
+//! The JSON objects the MCP tools return (README, "Tools"), built from control-plane responses.
 //!
 //! `mcp-yieldshell` returns these as `structuredContent` (their JSON Schemas become the tools'
 //! `outputSchema`s) and `yieldctl --json` prints the very same objects, so scripts and agents see
@@ -39,7 +39,7 @@ pub fn backgrounded_message(_process_id: &str, _yield_ms: u64, next_seq: u64) ->
 
 /// The hint an `exec` body carries when the command yielded early because it waits for input:
 /// one short line, like [`backgrounded_message`]. It names the attach command too, so an agent
-/// can tell its user how to step in (a password prompt, say; DESIGN §9).
+/// can tell its user how to step in (a password prompt, say; ARCHITECTURE.md, "Terminal processes").
 pub fn input_wanted_message(process_id: &str, _next_seq: u64) -> String {
     format!(
         "Waiting for input: write(input=\"…\\n\") to answer, or a person can run `yieldctl attach {process_id}` to type into it."

@@ -1,5 +1,5 @@
 //! Reading tool arguments by hand, so every bad argument becomes a tool result the agent can act
-//! on (DESIGN §3: validate in the handler, never as a JSON-RPC `-32602`).
+//! on (README, "Tools": validate in the handler, never as a JSON-RPC `-32602`).
 //!
 //! Lenient where models commonly slip (numbers sent as strings, a list sent as one string), strict
 //! where a guess could be wrong (unknown enum values, negative numbers, wrong types).

@@ -20,7 +20,7 @@ struct Cli {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    // A bad configuration fails here, before anything is started (DESIGN §2).
+    // A bad configuration fails here, before anything is started (README, "How it fits together").
     let configured = SessionConfig::from_process_env().and_then(|mut config| {
         let settings = profile::configure(cli.profile, &mut config)?;
         Ok((config, settings))

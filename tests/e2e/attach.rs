@@ -1,4 +1,4 @@
-//! `yieldctl attach` as a person uses it (issue 12, item 4; DESIGN §9): a real terminal, from a
+//! `yieldctl attach` as a person uses it (issue 12, item 4; ARCHITECTURE.md, "Terminal processes"): a real terminal, from a
 //! terminal multiplexer (tmux, on its own server socket in the test's temp dir), typing keys with
 //! `send-keys` and reading what the person sees with `capture-pane`. Each wait polls the pane
 //! against one generous timeout.

@@ -1,4 +1,4 @@
-//! `yieldctl` on terminal processes (issue 12, item 4; DESIGN §9) without a person's terminal:
+//! `yieldctl` on terminal processes (issue 12, item 4; ARCHITECTURE.md, "Terminal processes") without a person's terminal:
 //! `exec --tty` (size, escape sequences removed unless `--raw`), `write --key`/`--resize`,
 //! `read --screen`, and what `ps` and `exec` say about a process waiting for a password.
 #![cfg(target_os = "linux")]

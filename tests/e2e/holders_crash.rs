@@ -1,4 +1,4 @@
-//! Processes survive the daemon (DESIGN §10, issue 13): a `kill -9` of the daemon loses no
+//! Processes survive the daemon (ARCHITECTURE.md, "Who owns what", issue 13): a `kill -9` of the daemon loses no
 //! running process and no output; the next daemon re-adopts every holder; a holder that dies
 //! itself gives `lost`, never a hang.
 

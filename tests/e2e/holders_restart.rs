@@ -1,4 +1,4 @@
-//! `yieldctl daemon restart` (DESIGN §10): the daemon is replaced by the one found the usual way
+//! `yieldctl daemon restart` (ARCHITECTURE.md, "Who owns what"): the daemon is replaced by the one found the usual way
 //! and every running process is kept — same pids, output continuing with no gap.
 
 use yieldshell_proto::pb;

@@ -1,4 +1,4 @@
-//! The holder zygote (issue 13, DESIGN §10; Linux): holders are forked by one small process per
+//! The holder zygote (issue 13, ARCHITECTURE.md, "Who owns what"; Linux): holders are forked by one small process per
 //! daemon, and must be as independent of it as of the daemon — no descriptor of the zygote, no
 //! zombie, a process that runs on when the zygote dies — while the zygote itself stays bounded
 //! over many `exec`s and is replaced when it dies. Also the upgrade path: a daemon binary of

@@ -1,4 +1,4 @@
-//! "Input wanted" in pipe mode (issue 12, item 3; DESIGN §9): `exec` yields early when the
+//! "Input wanted" in pipe mode (issue 12, item 3; ARCHITECTURE.md, "Terminal processes"): `exec` yields early when the
 //! command blocks reading its stdin, `read`/`wait`/`ps` say `waiting_for_input`,
 //! `wait(for_input)` returns `input_wanted`, and the jobs profile's `interact` ends its settle
 //! window on it. Real processes reach the blocked state themselves; nothing sleeps and hopes.

@@ -1,4 +1,4 @@
-//! Lean answers (DESIGN §8, issue 11 item 3): what the model reads is small. The tool list plus
+//! Lean answers (README, "An agent session", issue 11 item 3): what the model reads is small. The tool list plus
 //! instructions of each profile stays within 5,000 bytes; text blocks leave out fields without
 //! information while `structuredContent` stays complete and valid against the tool's
 //! `outputSchema`, which uses standard JSON Schema keywords only.

@@ -178,7 +178,7 @@ pub fn body(r: &CallToolResult) -> Value {
     structured
 }
 
-/// Whether the text block may leave a field out (DESIGN §8, lean answers): `null`, `false`,
+/// Whether the text block may leave a field out (README, "An agent session", lean answers): `null`, `false`,
 /// `""`, `ok` (which `isError` repeats), a zero count, and `first_seq: 1`. Never `exit_code: 0`.
 pub fn uninformative(key: &str, v: &Value) -> bool {
     match v {

@@ -1,5 +1,5 @@
 //! MCP Tasks through the built shim and a real daemon, driven by rmcp's client, which implements
-//! the tasks extension (DESIGN §8): a long `exec` becomes a task that completes with the `wait`
+//! the tasks extension (README, "An agent session"): a long `exec` becomes a task that completes with the `wait`
 //! body; a fast one answers inline; `tasks/cancel` stops the whole tree; a task created by one
 //! shim is completed through another; an unknown id is a JSON-RPC error; `shell_execute` becomes
 //! a task the same way. Commands are held by gate files, never by sleeps.

@@ -1,4 +1,4 @@
-//! The MCP Tasks wire, as raw JSON-RPC lines through the built shim (DESIGN §8): in both eras —
+//! The MCP Tasks wire, as raw JSON-RPC lines through the built shim (README, "An agent session"): in both eras —
 //! 2025 (`initialize`, capabilities declared once) and 2026-07-28 (no handshake, every request
 //! carries its `_meta`) — a declared extension turns a long `exec` into `resultType: "task"`, an
 //! undeclared one keeps the classic answer byte for byte in shape; `server/discover` lists the

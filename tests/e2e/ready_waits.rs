@@ -1,4 +1,4 @@
-//! Ready-waits (DESIGN §8, issue 11 item 2): `exec(until)` returns at the first matching output
+//! Ready-waits (README, "An agent session", issue 11 item 2): `exec(until)` returns at the first matching output
 //! line with the process still running, `write(until)` returns a REPL's answer in one call — both
 //! through the real shim and daemon, and through `yieldctl`.
 

@@ -1,4 +1,4 @@
-//! RELIABILITY §4.1, the client side: clients that vanish mid-call (F3, F4), a daemon restart
+//! docs/RELIABILITY.md, the client side: clients that vanish mid-call (F3, F4), a daemon restart
 //! under a connected shim (F5), concurrent auto-starts (F10), the auto-started daemon's
 //! detachment from its shim (F11) and from a killed editor (F12), `read --follow | head` (F16).
 //!

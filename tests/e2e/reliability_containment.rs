@@ -1,4 +1,4 @@
-//! RELIABILITY §4.1 F13 and F15: what `stop` reaches, written down as a matrix and checked
+//! docs/RELIABILITY.md F13 and F15: what `stop` reaches, written down as a matrix and checked
 //! against real process trees.
 //!
 //! Containment on Linux (`docs/RELIABILITY.md`): every command runs in its own session and

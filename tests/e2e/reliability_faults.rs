@@ -1,4 +1,4 @@
-//! RELIABILITY §4.1, the daemon side: shutdown (F2), crash churn and corrupt records (F7), what
+//! docs/RELIABILITY.md, the daemon side: shutdown (F2), crash churn and corrupt records (F7), what
 //! sits at the socket path (F8), racing daemons and the lock (F9), many short processes (F14),
 //! a recycled pid in a record (F18).
 
@@ -437,7 +437,7 @@ async fn f9_ten_racing_daemons_leave_one_and_a_killed_winner_frees_its_lock_at_o
         yieldshell_proto::client::connect(&d.opts()).await.ok()
     })
     .await;
-    // Its holder kept it: the next daemon re-adopts it (DESIGN §10).
+    // Its holder kept it: the next daemon re-adopts it (ARCHITECTURE.md, "Who owns what").
     assert!(orphan.alive(), "the process did not survive its daemon");
     let listed = d.session().list(pb::Scope::All, false).await;
     assert!(

@@ -1,4 +1,4 @@
-//! RELIABILITY §4.3 bad inputs B1–B8, through gRPC, through `yieldctl` and through the MCP shim.
+//! docs/RELIABILITY.md bad inputs B1–B8, through gRPC, through `yieldctl` and through the MCP shim.
 //! (The basics live elsewhere: B1 byte-exact gRPC and `yieldctl read` in `daemon_output`, B6
 //! unknown ids and signals in `daemon_exec`/`daemon_stop`, B7 malformed JSON-RPC in `shim`.)
 
@@ -482,7 +482,7 @@ async fn b8_odd_commands_not_found_closed_stdout_stdin_readers_self_pgid_and_sel
     let r = c.exec("exec >&-; echo still-here >&2").await;
     assert_eq!(r.status, pb::ExecStatus::Completed as i32);
     assert_eq!(r.output.expect("o").stderr, b"still-here\n");
-    // A stdin reader: stdin is a pipe kept open for `write` (DESIGN §4), so it waits for input;
+    // A stdin reader: stdin is a pipe kept open for `write` (README, "Tools"), so it waits for input;
     // `close_stdin` gives it EOF at once.
     let id = c.spawn_bg("read x; echo got:$x").await;
     c.write(&id, b"hi\n", false).await.expect("write");

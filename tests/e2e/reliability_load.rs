@@ -1,4 +1,4 @@
-//! RELIABILITY §4.2 load cases L1, L2, L3, L4, L6, at sizes that fit a 2-core CI machine; the
+//! docs/RELIABILITY.md load cases L1, L2, L3, L4, L6, at sizes that fit a 2-core CI machine; the
 //! full sizes run with `YIELDSHELL_TEST_HEAVY=1` (see `docs/RELIABILITY.md`). nextest runs this
 //! module in its `heavy` test group (one at a time); under `cargo test` the tests take
 //! [`heavy_lock`] for the same effect.

@@ -1,4 +1,4 @@
-//! RELIABILITY §4.4 security: the socket is never reachable by others (S1), planted symlinks are
+//! docs/RELIABILITY.md security: the socket is never reachable by others (S1), planted symlinks are
 //! refused or not followed (S3), managed processes get nothing of the daemon (S4). S2 (another
 //! uid) is `daemon_lifecycle::another_user_is_refused`; S5 is `cargo deny` in `.ci/run`.
 

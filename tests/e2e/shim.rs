@@ -1,5 +1,5 @@
 //! `mcp-yieldshell` end to end, through a real MCP client over stdio: the tool contract of
-//! DESIGN §3, error shapes, progress, instructions, restarts, protocol robustness.
+//! README, "Tools", error shapes, progress, instructions, restarts, protocol robustness.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;

@@ -1,4 +1,4 @@
-//! Terminal mode (issue 12; DESIGN §9): real processes under a real PTY. `exec(tty=true)` runs
+//! Terminal mode (issue 12; ARCHITECTURE.md, "Terminal processes"): real processes under a real PTY. `exec(tty=true)` runs
 //! the command as its terminal's session, answers carry text without escape sequences, the
 //! rendered screen and cursor come with `read(screen=true)`, named keys, EOF and resize go
 //! through `write`, and a password typed at a prompt with echo off is recorded nowhere.

@@ -1,5 +1,5 @@
 //! `yieldctl service install|uninstall|status`: run `yieldshelld` under the user's service
-//! manager — systemd user units on Linux ([`systemd`]), a launchd agent on macOS ([`launchd`]).
+//! manager — systemd user units on Linux ([`systemd`]), a launchd agent on macOS (`launchd.rs`).
 //!
 //! Each platform module builds a [`Plan`](plan::Plan) (files to write, commands to run); this
 //! module prints it (`--dry-run`) or carries it out. Other platforms get a clear error: there

@@ -1,4 +1,4 @@
-//! `yieldshell-holder`: the per-process holder (DESIGN §10), started by `yieldshelld` for each
+//! `yieldshell-holder`: the per-process holder (ARCHITECTURE.md, "Who owns what"), started by `yieldshelld` for each
 //! managed process. The same code as `yieldshelld hold` (`yieldshelld::holder::serve`), in a
 //! binary that links nothing else, so each held process costs little memory. As
 //! `yieldshell-holder zygote` it is the daemon's holder zygote (`yieldshelld::holder::zygote`),

@@ -1,5 +1,5 @@
 //! Per-process holders: what keeps a managed process (and its output) alive through a daemon
-//! crash or restart (DESIGN §10; the conmon / containerd-shim pattern).
+//! crash or restart (ARCHITECTURE.md, "Who owns what"; the conmon / containerd-shim pattern).
 //!
 //! A holder is `yieldshelld hold`, a mode of the daemon's own binary dispatched before any
 //! runtime exists ([`serve`]: plain std + nix + `poll`, one thread). For one managed process it
@@ -15,7 +15,7 @@
 //! The wire between daemon and holder is a stream of frames, `[u32 LE length][kind][payload]`
 //! (length counts the kind byte and the payload). The holder's first frame on every connection is
 //! [`Hello`], sent with the stdin pipe's write end (SCM_RIGHTS) while stdin is open — or, for
-//! a terminal process, a duplicate of the PTY master ([`terminal`]).
+//! a terminal process, a duplicate of the PTY master ([`crate::spawn::pty`]).
 //!
 //! An idle holder from the daemon's pool (Linux) is first told to prepare ([`Kind::Prepare`]): it
 //! waits in a spare directory with its socket bound and its exit file created, and forks its

@@ -62,7 +62,7 @@ fn spawn_holder_binary(
 
 /// The holder's own binary, installed beside `yieldshelld` (`cargo install` installs both): it
 /// links only what a holder runs, so its relocated data — the one part of a binary every
-/// process has its own copy of — is a tenth of the daemon's (DESIGN §10: at most 512 KiB PSS
+/// process has its own copy of — is a tenth of the daemon's (ARCHITECTURE.md, "Who owns what": at most 512 KiB PSS
 /// per held process).
 pub const HOLDER_BINARY: &str = "yieldshell-holder";
 

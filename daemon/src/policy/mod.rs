@@ -1,4 +1,4 @@
-//! Per-session policy (DESIGN §5): what a session may run, where, and how much.
+//! Per-session policy (README, "Security model"): what a session may run, where, and how much.
 //!
 //! Checks run in a fixed order — declared side effects, then command rules, then the working
 //! directory, then limits — and each refusal names the rule that refused, so an agent (or its

@@ -1,4 +1,4 @@
-//! Streaming secret redaction (DESIGN §4 "Redaction").
+//! Streaming secret redaction (README, "Security model": redaction).
 //!
 //! Values (at least [`MIN_SECRET_LEN`] bytes) of environment variables whose names match the
 //! session's `YIELDSHELL_REDACT_ENV_REGEX` are replaced by `[REDACTED:NAME]` *before* output is

@@ -24,7 +24,7 @@
 //! Settled   ──sweep finds escapees─────────▶ Lingering
 //! ```
 //!
-//! Completion (DESIGN §4): the shell's exit (from its holder, never from EOF) decides the status,
+//! Completion (README, "Tools"): the shell's exit (from its holder, never from EOF) decides the status,
 //! but clients see it only once the result is *settled* (`ManagedProcess::info` reports `running`
 //! until then), and a result settles only once the output is complete: both pipes at EOF, or the
 //! drain grace over when descendants hold them (then `descendants_running` says so, their later

@@ -1,4 +1,4 @@
-//! "Input wanted": whether a running process is blocked reading its stdin (DESIGN §9).
+//! "Input wanted": whether a running process is blocked reading its stdin (ARCHITECTURE.md, "Terminal processes").
 //!
 //! # The rule (Linux, pipe mode)
 //! The input endpoint is the pipe on the shell's fd 0, read from `/proc/<shell>/fd/0`

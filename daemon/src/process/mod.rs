@@ -198,7 +198,7 @@ pub struct ManagedProcess {
     control: std::sync::Mutex<Option<mpsc::Sender<Control>>>,
     stdin: std::sync::Mutex<Option<mpsc::Sender<StdinWrite>>>,
     running_slot: std::sync::Mutex<Option<crate::limits::RunningSlot>>,
-    /// Terminal mode (DESIGN §9): the PTY master and the rendered screen; `None` on pipes.
+    /// Terminal mode (ARCHITECTURE.md, "Terminal processes"): the PTY master and the rendered screen; `None` on pipes.
     pub terminal: Option<Arc<terminal::Terminal>>,
     /// Its holder (`None`: restored from a record, or on Windows): a client whose process runs
     /// under it is this process's descendant, and gets no more than its sandbox.

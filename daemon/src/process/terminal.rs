@@ -1,4 +1,4 @@
-//! The daemon's side of a terminal process (DESIGN §9): the rendered screen, input to the
+//! The daemon's side of a terminal process (ARCHITECTURE.md, "Terminal processes"): the rendered screen, input to the
 //! PTY master, named keys, and the escape-free text of answers.
 //!
 //! # Where things live
@@ -292,7 +292,7 @@ pub fn spawn_feeder(term: Arc<Terminal>, log: Arc<OutputLog>) {
     });
 }
 
-/// The bytes of a named key (DESIGN §9), case-insensitive; `None` for an unknown name.
+/// The bytes of a named key (ARCHITECTURE.md, "Terminal processes"), case-insensitive; `None` for an unknown name.
 pub fn key_bytes(name: &str, app_cursor: bool) -> Option<Vec<u8>> {
     let lower = name.trim().to_ascii_lowercase();
     let arrow = |c: u8| {

@@ -1,12 +1,12 @@
 //! Finding, identifying and signalling a managed process's whole tree.
 //!
-//! Containment (RELIABILITY §2.10), as implemented:
+//! Containment (docs/RELIABILITY.md, containment matrix), as implemented:
 //! - Every managed command starts in a new session, so the shell and everything it forks share a
 //!   process group and a session id equal to the shell's pid: `killpg` reaches them all.
 //! - Descendants that leave with `setsid`/`setpgid` are found by the marker every managed
 //!   process inherits in its environment (`YIELDSHELL_PROCESS_ID=<id>`), read for processes of
 //!   our uid from `/proc/<pid>/environ` (Linux) or `sysctl(KERN_PROCARGS2)` (macOS, see
-//!   [`super::darwin`]). A process that scrubs its environment *and* leaves the session escapes;
+//!   `process/darwin.rs`). A process that scrubs its environment *and* leaves the session escapes;
 //!   that is documented in `docs/RELIABILITY.md`.
 //! - Every pid is paired with its start time (Linux: `/proc/<pid>/stat` field 22; macOS:
 //!   `proc_pidinfo`) and re-checked before it is signalled, so a recycled pid is never hit.

@@ -187,7 +187,7 @@ pub(super) async fn exec(
         },
         None => None,
     };
-    // DESIGN §5 order: side effects, command policy, cwd, limits, spawn.
+    // The order README's "Security model" gives: side effects, command policy, cwd, limits, spawn.
     if let Err(r) = policy.check_side_effects(&req.side_effects) {
         return Ok(refused(r));
     }
@@ -375,7 +375,7 @@ pub(super) async fn exec(
     Ok(resp)
 }
 
-/// Resolves when the command waits for input (DESIGN §9: `exec` yields early then), never when
+/// Resolves when the command waits for input (ARCHITECTURE.md, "Terminal processes": `exec` yields early then), never when
 /// its stdin was closed or its initial stdin is not written yet. `unsent` is the sender of
 /// `written` when the exec had no stdin to write.
 async fn input_wanted(

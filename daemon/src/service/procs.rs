@@ -58,7 +58,7 @@ pub(super) async fn write(
     }
 }
 
-/// Terminal mode's parts of a `write` (DESIGN §9): the named `keys` are appended to `input`
+/// Terminal mode's parts of a `write` (ARCHITECTURE.md, "Terminal processes"): the named `keys` are appended to `input`
 /// (every name is checked before anything is written), and `cols`/`rows` resize the terminal
 /// now. Both are refused for a process on pipes.
 fn terminal_input(proc: &ManagedProcess, req: &mut pb::WriteRequest) -> Result<(), tonic::Status> {

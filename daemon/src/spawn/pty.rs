@@ -1,4 +1,4 @@
-//! Terminal mode's pseudo-terminal (DESIGN §9): opening one for a holder, and the few
+//! Terminal mode's pseudo-terminal (ARCHITECTURE.md, "Terminal processes"): opening one for a holder, and the few
 //! operations on its master that the holder and the daemon share.
 //!
 //! # Who holds what

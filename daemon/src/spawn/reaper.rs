@@ -1,4 +1,4 @@
-//! The daemon's only reaper: it owns every `waitpid` (RELIABILITY §2.1, design (a)).
+//! The daemon's only reaper: it owns every `waitpid` (docs/RELIABILITY.md).
 //!
 //! The daemon's children are the per-process holders (`holder`), which reap their own trees; a
 //! holder that dies leaves its orphans to the daemon, a child subreaper (Linux), so those come

@@ -152,7 +152,7 @@ pub fn shell_strings(spec: &SpawnSpec) -> io::Result<([CString; 4], Vec<CString>
     Ok((argv, envp, cwd))
 }
 
-/// Starts `sh -c COMMAND` on the terminal whose slave is `slave` (DESIGN §9): in a new session
+/// Starts `sh -c COMMAND` on the terminal whose slave is `slave` (ARCHITECTURE.md, "Terminal processes"): in a new session
 /// whose controlling terminal it is, as fds 0, 1 and 2. Returns the shell's pid (the caller, the
 /// holder, reaps it). The slave is opened by the spawn itself, after its `setsid`: a session
 /// leader without a terminal that opens one (no `O_NOCTTY`) acquires it on Linux, which glibc's

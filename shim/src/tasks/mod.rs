@@ -1,4 +1,4 @@
-//! MCP Tasks (the `io.modelcontextprotocol/tasks` extension, SEP-2663; DESIGN §8): a call whose
+//! MCP Tasks (the `io.modelcontextprotocol/tasks` extension, SEP-2663; README, "An agent session"): a call whose
 //! process is still running when it would yield answers with a task instead of `backgrounded`.
 //!
 //! The task id **is** the process id, and nothing about a task lives in the shim: `tasks/get`

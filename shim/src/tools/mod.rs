@@ -1,4 +1,4 @@
-//! The seven tools of the default profile (DESIGN §3): definitions (input and output schemas,
+//! The seven tools of the default profile (README, "Tools"): definitions (input and output schemas,
 //! annotations, descriptions) and handlers, served by [`DefaultTools`].
 //!
 //! Every handler returns a tool result: the JSON body as `structuredContent` and, lean (fields
@@ -25,7 +25,7 @@ use crate::args::{ArgError, Args};
 use crate::context::{Context, schema_object, schema_of};
 use crate::tool_set::{BoxFuture, ToolSet};
 
-/// Longest a single blocking call waits (DESIGN §3, FIELD: MCP clients time out at 60 s).
+/// Longest a single blocking call waits (README, "Tools": MCP clients time out at 60 s).
 pub const MAX_BLOCKING_MS: u64 = 55_000;
 
 /// Names of the default profile's tools, in listing order.
@@ -116,7 +116,7 @@ impl ToolSet for DefaultTools {
         Box::pin(self.call_tool(name, arguments, request))
     }
 
-    /// `exec` becomes a task when it would answer `backgrounded` (DESIGN §8).
+    /// `exec` becomes a task when it would answer `backgrounded` (README, "An agent session").
     fn task_session(&self) -> Option<&yieldshell_proto::client::Session> {
         Some(&self.ctx.session)
     }
@@ -155,7 +155,7 @@ fn without_echo(mut result: CallToolResult, id: &str) -> CallToolResult {
     result
 }
 
-/// Whether a field's value carries no information, so the text block leaves it out (DESIGN §8,
+/// Whether a field's value carries no information, so the text block leaves it out (README, "An agent session",
 /// lean answers). The rule, field by field: `null`, `false` and `""` say nothing an absent
 /// field would not; `ok` repeats the result's `isError`; so does a zero count (`*_lines`, `*_bytes`, `descendants_running`) and an
 /// output window that starts at the first byte (`first_seq: 1`). Everything else stays, zeros

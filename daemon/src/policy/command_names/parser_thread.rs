@@ -1,7 +1,7 @@
 //! The threads that run brush-parser, off the async runtime and on a big stack.
 //!
 //! brush-parser recurses once per nesting level and needs far more stack than a runtime
-//! worker has (see [`PARSER_STACK_BYTES`](super::PARSER_STACK_BYTES)), and a parse is
+//! worker has (see [`PARSER_STACK_BYTES`]), and a parse is
 //! CPU work that must not hold up a runtime worker. `tokio::task::spawn_blocking` cannot
 //! choose a stack size, and a fresh thread per command costs a clone and a 64 MiB mapping
 //! per `exec` and lets a burst of requests start a burst of such threads. So a fixed
