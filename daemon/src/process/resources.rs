@@ -309,7 +309,7 @@ fn read_system() -> Option<Pass> {
         let processes = super::darwin::all_pids()?
             .into_iter()
             .filter_map(|pid| {
-                let stat = super::darwin::read_stat(pid)?;
+                let stat = crate::spawn::identity::read_stat(pid)?;
                 let (cpu_ns, rss_bytes) = super::darwin::cpu_and_resident(pid)?;
                 Some(ProcSample {
                     pid,
