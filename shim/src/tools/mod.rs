@@ -120,6 +120,10 @@ impl ToolSet for DefaultTools {
     fn task_session(&self) -> Option<&yieldshell_proto::client::Session> {
         Some(&self.ctx.session)
     }
+
+    fn task_tools(&self) -> &[&'static str] {
+        &["exec"]
+    }
 }
 
 /// A tool result carrying `body`; an error result when the body has a non-null `error`.
