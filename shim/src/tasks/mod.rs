@@ -1,5 +1,7 @@
-//! MCP Tasks (the `io.modelcontextprotocol/tasks` extension, SEP-2663; README, "An agent session"): a call whose
-//! process is still running when it would yield answers with a task instead of `backgrounded`.
+//! MCP Tasks (README, "MCP Tasks"): the `io.modelcontextprotocol/tasks` extension (SEP-2663,
+//! protocol 2026-07-28), where a call whose process is still running when it would yield answers
+//! with a task instead of `backgrounded`; and, in [`legacy`], the 2025-11-25 revision's own tasks
+//! for the sessions that began with `initialize`.
 //!
 //! The task id **is** the process id, and nothing about a task lives in the shim: `tasks/get`
 //! and `tasks/cancel` are a lookup (`Read`, `Wait`) or a `Stop` through the daemon, so any shim —
@@ -14,10 +16,11 @@
 //!
 //! Which answers become tasks: a tool result saying its process is still running
 //! ([`running_process`]: `status: "backgrounded"` with a `process_id`) of a call that is not a
-//! ready-wait ([`eligible`]: no `until`), when the request declared the extension
-//! ([`task_requested`](crate::tool_set::task_requested)) and the tool set offers tasks
-//! ([`ToolSet::task_session`]). A request without the extension gets exactly the classic
-//! answer. Status changes are pushed to clients listening for them ([`listen`]).
+//! ready-wait ([`eligible`]: no `until`), when a 2026-07-28 request declared the extension
+//! ([`task_mode`](crate::tool_set::task_mode)) and the tool set offers tasks
+//! ([`ToolSet::task_session`]). A request without the extension — or with it, on a session that
+//! began with `initialize`, which cannot read such an answer — gets exactly the classic answer.
+//! Status changes are pushed to clients listening for them ([`listen`]).
 
 pub mod legacy;
 pub mod listen;
