@@ -202,6 +202,15 @@ fn what_cannot_be_a_task_is_a_clear_json_rpc_error() {
         "{refused}"
     );
 
+    // A tool not listed as a task tool (`read` names a process too): -32601, as the revision
+    // asks, not a task of that process.
+    let id = shim.request(
+        "tools/call",
+        json!({"name": "read", "task": {}, "arguments": {"process_id": "proc_doesnotexist"}}),
+    );
+    let not_a_task = shim.response(id);
+    assert_eq!(not_a_task["error"]["code"], -32601, "{not_a_task}");
+
     let unknown = get(&mut shim, "proc_doesnotexist");
     assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
     let id = shim.request("tasks/list", json!({"cursor": "not-a-cursor"}));

@@ -292,6 +292,22 @@ async fn call(
     params: CallToolRequestParams,
     context: &RequestContext<RoleServer>,
 ) -> Result<Value, McpError> {
+    // Only the tools listed with `execution.taskSupport` (2025-11-25: "Servers SHOULD return
+    // -32601" for the others; a `read`, which names a process too, must not become its task).
+    if !tools.task_tools().contains(&params.name.as_ref()) {
+        if tools.tools().iter().all(|t| t.name != params.name) {
+            return Err(crate::server::unknown_tool(tools, &params.name));
+        }
+        return Err(McpError::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            format!(
+                "{} cannot run as a task (its execution.taskSupport is forbidden); call it \
+                 without params.task",
+                params.name
+            ),
+            Some(json!({"tool": params.name})),
+        ));
+    }
     let empty = JsonObject::new();
     let arguments = params.arguments.as_ref().unwrap_or(&empty);
     let result = tools
