@@ -52,8 +52,7 @@ fn main() -> std::process::ExitCode {
         // whose id it can read (stdio_transport).
         let (stdin, stdout) = rmcp::transport::stdio_pipes();
         let handler = mcp_yieldshell::server::Handler::new(tools);
-        let transport =
-            StdioTransport::with_task_subscriptions(stdin, stdout, handler.task_subscriptions());
+        let transport = StdioTransport::with_tasks(stdin, stdout, handler.task_wire());
         let service = match handler.serve(transport).await {
             Ok(s) => s,
             // stdin closed before (or during) `initialize`: the client went away, which ends

@@ -136,9 +136,10 @@ pub struct SettleSpec<'a> {
 
 /// Waits on a process in slices until it settles (exits, or `until` matches), the budget passes,
 /// the client cancels or a call fails. With a progress reporter, slices last at most one
-/// [`HEARTBEAT`] and a notification follows each slice that did not settle. `first` is the
-/// state after a slice the caller ran itself (an `exec` that yielded after one heartbeat); with
-/// `None` the loop starts with a `Wait`.
+/// [`HEARTBEAT`] and a notification follows each slice that did not settle; without one, the
+/// rest of the budget is one slice. `first` is the state after a slice the caller ran itself
+/// (an `exec` after its first, short slice); with `None` the loop starts with a `Wait`. A
+/// cancellation ends the loop at once (a `Wait` can be dropped; the process is untouched).
 pub async fn run_until_settled(
     session: &Session,
     spec: SettleSpec<'_>,
@@ -156,16 +157,15 @@ pub async fn run_until_settled(
             if state.result != pb::WaitResult::DeadlineReached as i32 {
                 return Settled::Done(state);
             }
-            let Some(progress) = spec.progress else {
-                return Settled::OutOfTime(state);
-            };
             if elapsed_ms() >= spec.budget_ms {
                 return Settled::OutOfTime(state);
             }
-            let out = state.output.clone().unwrap_or_default();
-            progress
-                .send(spec.what, last_line(&out.stdout, &out.stderr))
-                .await;
+            if let Some(progress) = spec.progress {
+                let out = state.output.clone().unwrap_or_default();
+                progress
+                    .send(spec.what, last_line(&out.stdout, &out.stderr))
+                    .await;
+            }
             latest = Some(state);
         }
         let slice = spec.budget_ms.saturating_sub(elapsed_ms()).min(slice_max);

@@ -4,8 +4,10 @@
 //! tool call (which also starts the daemon if needed), so `initialize` and `tools/list` are
 //! answered even when no daemon can be reached.
 //!
-//! When the tool set offers tasks, the server advertises the tasks extension and a `tools/call`
-//! that declared it and whose process keeps running is answered with a task ([`crate::tasks`]).
+//! When the tool set offers tasks, the server advertises the tasks extension (2026-07-28) and a
+//! `tools/call` that declared it and whose process keeps running is answered with a task
+//! ([`crate::tasks`]); a session that began with `initialize` on 2025-11-25 is offered that
+//! revision's tasks instead ([`crate::tasks::legacy`]).
 //! Methods this server does not implement answer `-32601` saying what it offers instead of
 //! rmcp's bare method name.
 
@@ -22,36 +24,85 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 
-use crate::tasks::{self, listen::TaskSubscriptions};
-use crate::tool_set::{ToolSet, task_requested};
+use crate::tasks::legacy::{self, LegacyWire};
+use crate::tasks::{self, TaskWire, listen::TaskSubscriptions};
+use crate::tool_set::{TASKS_EXTENSION_SINCE, ToolSet, task_requested};
 
 /// The handler rmcp drives (a cheap handle on the shared tool set).
 #[derive(Clone)]
 pub struct Handler {
     tools: Arc<dyn ToolSet>,
     subscriptions: TaskSubscriptions,
+    legacy: LegacyWire,
 }
 
 impl Handler {
     /// A handler serving `tools`.
     pub fn new(tools: Arc<dyn ToolSet>) -> Handler {
-        let subscriptions = TaskSubscriptions::new(tools.task_session().is_some());
+        let offers = tools.task_session().is_some();
+        let subscriptions = TaskSubscriptions::new(offers);
+        let legacy = LegacyWire::new(offers, tools.task_tools());
         Handler {
             tools,
             subscriptions,
+            legacy,
         }
     }
 
-    /// The task subscriptions the stdio transport must share
-    /// ([`crate::stdio_transport::StdioTransport::with_task_subscriptions`]).
-    pub fn task_subscriptions(&self) -> TaskSubscriptions {
-        self.subscriptions.clone()
+    /// The tasks wire the stdio transport must share
+    /// ([`crate::stdio_transport::StdioTransport::with_tasks`]).
+    pub fn task_wire(&self) -> TaskWire {
+        TaskWire {
+            subscriptions: self.subscriptions.clone(),
+            legacy: self.legacy.clone(),
+        }
     }
 
     /// Whether this server offers MCP Tasks (its tool set has long calls to turn into tasks).
     fn offers_tasks(&self) -> bool {
         self.tools.task_session().is_some()
     }
+}
+
+/// `-32602` for a tool this server does not have, naming those it has.
+pub fn unknown_tool(tools: &dyn ToolSet, name: &str) -> McpError {
+    McpError::invalid_params(
+        format!(
+            "unknown tool {name:?}; this server has: {}",
+            tools
+                .tools()
+                .iter()
+                .map(|t| t.name.as_ref())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        None,
+    )
+}
+
+/// `-32601` for a method of the tasks extension on a request before its protocol revision
+/// (2026-07-28): a session that began with `initialize` has the 2025-11-25 tasks, whose
+/// `tasks/get` and `tasks/cancel` answer another shape (`tasks::legacy`) — an older session has
+/// none.
+fn extension_era(method: &str, context: &RequestContext<RoleServer>) -> Result<(), McpError> {
+    let version = context.meta.protocol_version();
+    if version
+        .as_ref()
+        .is_some_and(|v| v.as_str() >= TASKS_EXTENSION_SINCE)
+    {
+        return Ok(());
+    }
+    let negotiated = version
+        .or_else(|| context.peer.peer_info().map(|i| i.protocol_version.clone()))
+        .map_or_else(|| "an older revision".to_string(), |v| v.to_string());
+    Err(McpError::new(
+        ErrorCode::METHOD_NOT_FOUND,
+        format!(
+            "{method} of the tasks extension needs protocol {TASKS_EXTENSION_SINCE}; this session \
+             uses {negotiated}"
+        ),
+        Some(serde_json::json!({"method": method})),
+    ))
 }
 
 /// `-32601` for a method this server does not implement, saying what it offers instead.
@@ -88,7 +139,17 @@ impl ServerHandler for Handler {
     ) -> Result<InitializeResult, McpError> {
         context.peer.set_peer_info(request.clone());
         self.tools.refresh_instructions().await;
-        self.negotiate_initialize(&request)
+        let mut result = self.negotiate_initialize(&request)?;
+        // `initialize` exists only before 2026-07-28, where the tasks extension is not active:
+        // such a session is offered the 2025-11-25 tasks instead (`tasks::legacy` adds
+        // `capabilities.tasks`).
+        if let Some(extensions) = result.capabilities.extensions.as_mut() {
+            extensions.remove(rmcp::model::TASKS_EXTENSION_ID);
+            if extensions.is_empty() {
+                result.capabilities.extensions = None;
+            }
+        }
+        Ok(result)
     }
 
     /// The 2026-07-28 era's handshake: the same instructions as `initialize`, brought up to date
@@ -124,23 +185,11 @@ impl ServerHandler for Handler {
         let empty = serde_json::Map::new();
         let args = request.arguments.as_ref().unwrap_or(&empty);
         let Some(result) = self.tools.call(&request.name, args, &context).await else {
-            return Err(McpError::invalid_params(
-                format!(
-                    "unknown tool {:?}; this server has: {}",
-                    request.name,
-                    self.tools
-                        .tools()
-                        .iter()
-                        .map(|t| t.name.as_ref())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                None,
-            ));
+            return Err(unknown_tool(self.tools.as_ref(), &request.name));
         };
-        // A process still running becomes a task — only for a request that declared the
-        // extension (rmcp refuses a task answer to any other, and such a client gets exactly
-        // the classic answer).
+        // A process still running becomes a task — only for a 2026-07-28 request that declared
+        // the extension (rmcp refuses a task answer to any other, and such a client gets exactly
+        // the classic answer; 2025-11-25 tasks come through `on_custom_request`).
         if self.offers_tasks()
             && task_requested(&context)
             && tasks::eligible(args)
@@ -156,8 +205,9 @@ impl ServerHandler for Handler {
     async fn get_task(
         &self,
         request: GetTaskParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, McpError> {
+        extension_era("tasks/get", &context)?;
         tasks::detailed(self.tools.as_ref(), &request.task_id)
             .await
             .map(GetTaskResult::new)
@@ -166,16 +216,18 @@ impl ServerHandler for Handler {
     async fn cancel_task(
         &self,
         request: CancelTaskParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
+        extension_era("tasks/cancel", &context)?;
         tasks::cancel(self.tools.as_ref(), &request.task_id).await
     }
 
     async fn update_task(
         &self,
         _request: UpdateTaskParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
+        extension_era("tasks/update", &context)?;
         Err(McpError::new(
             ErrorCode::METHOD_NOT_FOUND,
             "tasks/update is not supported: this server's tasks never ask for input",
@@ -258,8 +310,17 @@ impl ServerHandler for Handler {
     async fn on_custom_request(
         &self,
         request: CustomRequest,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, McpError> {
+        // The 2025-11-25 tasks wire, renamed by the transport (and only then: a client cannot
+        // reach it by sending the prefixed name).
+        if let Some(method) = request.method.strip_prefix(legacy::METHOD_PREFIX)
+            && self.legacy.claim(&context.id)
+        {
+            return legacy::handle(self.tools.as_ref(), method, request.params, context)
+                .await
+                .map(CustomResult);
+        }
         Err(not_supported(&request.method))
     }
 }

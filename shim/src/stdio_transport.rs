@@ -26,9 +26,12 @@
 //! any byte is written, and bytes a cancelled write did not get out stay queued for the next
 //! writer — rmcp polls `receive` inside a `select!`, so any await here can be cancelled.
 //!
-//! Task subscriptions: rmcp 3.11 drops the `taskIds` of a `subscriptions/listen` request, so
-//! the transport shows each such line to [`TaskSubscriptions`] and lets it add the accepted ids
-//! to the acknowledgement rmcp writes (see [`crate::tasks::listen`]).
+//! Tasks: rmcp 3.11 drops the `taskIds` of a `subscriptions/listen` request, so the transport
+//! shows each such line to [`TaskSubscriptions`] and lets it add the accepted ids to the
+//! acknowledgement rmcp writes (see [`crate::tasks::listen`]); and it models none of the
+//! 2025-11-25 tasks, so each line passes [`LegacyWire::rewrite_line`] before it is decoded and
+//! the answers to `initialize` and `tools/list` get what that wire adds (see
+//! [`crate::tasks::legacy`]).
 
 use std::sync::Arc;
 
@@ -41,6 +44,8 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
 
+use crate::tasks::TaskWire;
+use crate::tasks::legacy::LegacyWire;
 use crate::tasks::listen::TaskSubscriptions;
 
 /// Longest incoming line (one JSON-RPC message), as rmcp's default: a peer that never sends a
@@ -67,6 +72,8 @@ pub struct StdioTransport<R, W> {
     flush_owed: bool,
     /// Where `subscriptions/listen` lines are noted and acknowledgements patched.
     subscriptions: Option<TaskSubscriptions>,
+    /// Where 2025-11-25 task requests are renamed for rmcp.
+    legacy: Option<LegacyWire>,
 }
 
 /// The writing half: frames queued whole, then written out.
@@ -77,16 +84,25 @@ struct Outbox<W> {
     written: usize,
     /// Patches the acknowledgements of task subscriptions on their way out.
     subscriptions: Option<TaskSubscriptions>,
+    /// Patches the answers the 2025-11-25 tasks add to.
+    legacy: Option<LegacyWire>,
 }
 
 impl<W: AsyncWrite + Unpin> Outbox<W> {
     /// Appends one frame (JSON plus newline). Synchronous, so a frame is never half queued.
     fn queue(&mut self, message: &TxJsonRpcMessage<RoleServer>) -> std::io::Result<()> {
-        let mut frame = match (&self.subscriptions, message) {
+        let mut frame = match (&self.subscriptions, &self.legacy, message) {
             // Only notifications can be a subscription's acknowledgement.
-            (Some(subscriptions), rmcp::model::JsonRpcMessage::Notification(_)) => {
+            (Some(subscriptions), _, rmcp::model::JsonRpcMessage::Notification(_)) => {
                 let mut value = serde_json::to_value(message)?;
                 subscriptions.patch_frame(&mut value);
+                serde_json::to_vec(&value)?
+            }
+            (_, Some(legacy), rmcp::model::JsonRpcMessage::Response(response))
+                if legacy.patches(&response.id) =>
+            {
+                let mut value = serde_json::to_value(message)?;
+                legacy.patch_response(&mut value);
                 serde_json::to_vec(&value)?
             }
             _ => serde_json::to_vec(message)?,
@@ -131,17 +147,17 @@ where
         StdioTransport::with(read, write, None)
     }
 
-    /// A transport that also lets `subscriptions` see `subscriptions/listen` requests and patch
-    /// their acknowledgements (the `taskIds` rmcp does not model).
-    pub fn with_task_subscriptions(
-        read: R,
-        write: W,
-        subscriptions: TaskSubscriptions,
-    ) -> StdioTransport<R, W> {
-        StdioTransport::with(read, write, Some(subscriptions))
+    /// A transport that also carries the tasks wire rmcp does not model: `subscriptions/listen`
+    /// requests and their acknowledgements (`taskIds`), and the 2025-11-25 tasks.
+    pub fn with_tasks(read: R, write: W, tasks: TaskWire) -> StdioTransport<R, W> {
+        StdioTransport::with(read, write, Some(tasks))
     }
 
-    fn with(read: R, write: W, subscriptions: Option<TaskSubscriptions>) -> StdioTransport<R, W> {
+    fn with(read: R, write: W, tasks: Option<TaskWire>) -> StdioTransport<R, W> {
+        let (subscriptions, legacy) = match tasks {
+            Some(t) => (Some(t.subscriptions), Some(t.legacy)),
+            None => (None, None),
+        };
         StdioTransport {
             read: BufReader::new(read),
             line: Vec::new(),
@@ -151,10 +167,12 @@ where
                 queued: Vec::new(),
                 written: 0,
                 subscriptions: subscriptions.clone(),
+                legacy: legacy.clone(),
             }))),
             reply: None,
             flush_owed: false,
             subscriptions,
+            legacy,
         }
     }
 
@@ -265,7 +283,11 @@ where
             }
             let verdict = match self.read_line().await {
                 LineRead::Line => {
-                    let verdict = judge_line(trim_line(&self.line));
+                    let renamed = self
+                        .legacy
+                        .as_ref()
+                        .and_then(|legacy| legacy.rewrite_line(trim_line(&self.line)));
+                    let verdict = judge_line(renamed.as_deref().unwrap_or(trim_line(&self.line)));
                     if matches!(verdict, Verdict::Deliver(_)) {
                         self.note_listen(trim_line(&self.line));
                     }

@@ -56,15 +56,63 @@ pub trait ToolSet: Send + Sync {
         let _ = ended;
         None
     }
+
+    /// The tools whose calls may become tasks (listed with `execution.taskSupport: "optional"`
+    /// to 2025-11-25 clients). None by default.
+    fn task_tools(&self) -> &[&'static str] {
+        &[]
+    }
 }
 
-/// Whether a request declared the MCP tasks extension: in the `initialize` capabilities (2025
-/// era) or in the request's own `_meta` client capabilities (2026-07-28 era); rmcp reads both.
-/// A tool whose call may outlive its window answers [`still_running`] only then.
-pub fn task_requested(request: &RequestContext<RoleServer>) -> bool {
-    request
+/// How a call may become an MCP task (README, "MCP Tasks"). Each protocol revision has its own
+/// wire; what a tool does differs only in how long it blocks first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskMode {
+    /// Answered inline: no task was asked for — including the `io.modelcontextprotocol/tasks`
+    /// extension declared on a session that predates it (its wire exists on 2026-07-28 only).
+    Inline,
+    /// The extension (SEP-2663) on a 2026-07-28 request: the call blocks as it would, and a
+    /// process still running when it would yield becomes the task.
+    AfterWindow,
+    /// A 2025-11-25 task-augmented call (`params.task`): the answer is a task at once, so the
+    /// call starts its process and returns without blocking.
+    AtOnce,
+}
+
+/// The marker the server puts in a request's extensions for a 2025-11-25 task-augmented call
+/// (rmcp does not model `params.task`; see [`crate::tasks::legacy`]).
+#[derive(Debug, Clone, Copy)]
+pub struct TaskAugmented;
+
+/// The first protocol revision whose requests carry the tasks extension (SEP-2663).
+pub const TASKS_EXTENSION_SINCE: &str = "2026-07-28";
+
+/// How this request may become a task. The extension counts only on a request of the
+/// 2026-07-28 era (its `_meta` names that protocol version, and carries the client's
+/// capabilities): a 2025-era client that declares it at `initialize` speaks a wire it cannot
+/// read, as the official tasks library also holds, and gets the classic answer.
+pub fn task_mode(request: &RequestContext<RoleServer>) -> TaskMode {
+    if request.extensions.get::<TaskAugmented>().is_some() {
+        return TaskMode::AtOnce;
+    }
+    let modern = request
+        .meta
+        .protocol_version()
+        .is_some_and(|v| v.as_str() >= TASKS_EXTENSION_SINCE);
+    let declared = request
         .client_capabilities()
-        .is_some_and(|caps| caps.supports_tasks())
+        .is_some_and(|caps| caps.supports_tasks());
+    if modern && declared {
+        TaskMode::AfterWindow
+    } else {
+        TaskMode::Inline
+    }
+}
+
+/// Whether the call may become a task (either wire, see [`task_mode`]): a tool whose call may
+/// outlive its window answers [`still_running`] only then.
+pub fn task_requested(request: &RequestContext<RoleServer>) -> bool {
+    task_mode(request) != TaskMode::Inline
 }
 
 /// How long a call that becomes a task once it outlives a window waits for its process before

@@ -25,6 +25,7 @@ mod input_wait;
 mod lean_answers;
 mod listening;
 mod mcp_tasks;
+mod mcp_tasks_2025;
 mod mcp_tasks_wire;
 mod packaging;
 mod packaging_dist;

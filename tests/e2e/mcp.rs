@@ -382,6 +382,26 @@ impl RawShim {
         }
     }
 
+    /// The responses to requests `ids`, in that order, whatever order they come in (other
+    /// frames are skipped), within [`crate::helper::TIMEOUT`].
+    pub fn responses(&mut self, ids: &[u64]) -> Vec<Value> {
+        let deadline = std::time::Instant::now() + crate::helper::TIMEOUT;
+        let mut found: Vec<Option<Value>> = vec![None; ids.len()];
+        while found.iter().any(Option::is_none) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.frames.recv_timeout(left) {
+                Ok(Ok(v)) => {
+                    if let Some(i) = ids.iter().position(|id| v["id"] == *id) {
+                        found[i] = Some(v);
+                    }
+                }
+                Ok(Err(line)) => panic!("the shim printed a non-JSON-RPC line: {line:?}"),
+                Err(e) => panic!("no responses to all of {ids:?}: {e}"),
+            }
+        }
+        found.into_iter().flatten().collect()
+    }
+
     /// The next frame for which `wanted` holds (others are skipped), within
     /// [`crate::helper::TIMEOUT`]: a notification, say.
     pub fn frame_where(&mut self, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {

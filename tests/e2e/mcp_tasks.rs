@@ -6,9 +6,10 @@
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities, ClientConfig,
-    DetailedTask, GetTaskParams, Implementation, TASKS_EXTENSION_ID, TaskPayload, TaskStatus,
+    DetailedTask, GetTaskParams, Implementation, ProtocolVersion, TASKS_EXTENSION_ID, TaskPayload,
+    TaskStatus,
 };
-use rmcp::service::RunningService;
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
@@ -31,8 +32,24 @@ impl ClientHandler for TasksClient {
 
 type Client = RunningService<RoleClient, TasksClient>;
 
-/// Starts a shim command and completes the handshake as a tasks-aware client.
+/// Starts a shim command and opens a 2026-07-28 session (`server/discover`, every request
+/// carrying its `_meta`) as a tasks-aware client: the extension's own era.
 async fn connect(cmd: tokio::process::Command) -> Client {
+    let transport = rmcp::transport::TokioChildProcess::new(cmd).expect("spawn mcp-yieldshell");
+    TasksClient
+        .serve_with_lifecycle(
+            transport,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("MCP discovery")
+}
+
+/// Starts a shim command and completes a 2025-11-25 `initialize` handshake that declares the
+/// extension anyway (as the MCP Inspector CLI does).
+async fn connect_2025(cmd: tokio::process::Command) -> Client {
     let transport = rmcp::transport::TokioChildProcess::new(cmd).expect("spawn mcp-yieldshell");
     TasksClient.serve(transport).await.expect("MCP handshake")
 }
@@ -302,5 +319,42 @@ async fn shell_execute_becomes_a_task_when_it_outlives_its_window() {
     assert_eq!(body["status"], 4, "{body}");
     assert_eq!(body["stdout"], "shell-done\n", "{body}");
     assert!(body.get("error").is_none(), "{body}");
+    client.cancel().await.expect("close");
+}
+
+#[tokio::test]
+async fn a_2025_session_that_declares_the_extension_gets_the_classic_answer() {
+    // As the MCP Inspector CLI does: the extension declared at a 2025-11-25 `initialize`. Its
+    // wire exists on 2026-07-28 only; the answer must be one this client can read.
+    let d = TestDaemon::start().await;
+    let (gate, wait) = gate(d.dir.path(), "hold");
+    let client = connect_2025(shim_command(&d, &[])).await;
+    let caps = client
+        .peer_info()
+        .expect("server info")
+        .capabilities
+        .clone();
+    assert!(
+        !caps.supports_tasks(),
+        "the extension is not offered to this session: {caps:?}"
+    );
+    let response = call(
+        &client,
+        "exec",
+        json!({"command": wait, "side_effects": ["NONE"], "yield_ms": 100}),
+    )
+    .await;
+    let CallToolResponse::Complete(result) = response else {
+        panic!("expected the classic answer, got {response:?}")
+    };
+    let body = result.structured_content.expect("structuredContent");
+    assert_eq!(body["status"], "backgrounded", "{body}");
+    assert!(
+        body["process_id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("proc_")),
+        "{body}"
+    );
+    std::fs::remove_file(&gate).expect("open the gate");
     client.cancel().await.expect("close");
 }

@@ -1,9 +1,10 @@
-//! The MCP Tasks wire, as raw JSON-RPC lines through the built shim (README, "An agent session"): in both eras —
-//! 2025 (`initialize`, capabilities declared once) and 2026-07-28 (no handshake, every request
-//! carries its `_meta`) — a declared extension turns a long `exec` into `resultType: "task"`, an
-//! undeclared one keeps the classic answer byte for byte in shape; `server/discover` lists the
-//! project's running processes as `initialize` does; `subscriptions/listen` with `taskIds`
-//! pushes `notifications/tasks`; `-32601` says what is not supported.
+//! The MCP Tasks wire, as raw JSON-RPC lines through the built shim (README, "MCP Tasks"): the
+//! extension (`resultType: "task"`) only on a 2026-07-28 request (no handshake, every request
+//! carries its `_meta`) that declares it — a session that began with `initialize` keeps the
+//! classic answer even when it declares it; `server/discover` lists the project's running
+//! processes as `initialize` does; `subscriptions/listen` with `taskIds` pushes
+//! `notifications/tasks`; `-32601` says what is not supported. The 2025-11-25 tasks are in
+//! `mcp_tasks_2025`.
 
 use serde_json::{Value, json};
 
@@ -27,8 +28,9 @@ fn meta_2026(tasks: bool) -> Value {
     })
 }
 
-/// A 2025-era shim whose `initialize` declares (or not) the extension.
-fn start_2025(d: &TestDaemon, tasks: bool) -> RawShim {
+/// A shim after an `initialize` of `version` that declares (or not) the extension; returns the
+/// `initialize` answer too.
+fn start_initialized(d: &TestDaemon, version: &str, tasks: bool) -> (RawShim, Value) {
     let mut shim = RawShim::spawn(shim_std_command(d, &[]));
     let capabilities = if tasks {
         json!({"extensions": {TASKS: {}}})
@@ -37,15 +39,11 @@ fn start_2025(d: &TestDaemon, tasks: bool) -> RawShim {
     };
     let id = shim.request(
         "initialize",
-        json!({"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "raw", "version": "0"}}),
+        json!({"protocolVersion": version, "capabilities": capabilities, "clientInfo": {"name": "raw", "version": "0"}}),
     );
     let init = shim.response(id);
-    assert!(
-        init["result"]["capabilities"]["extensions"][TASKS].is_object(),
-        "the extension is advertised: {init}"
-    );
     shim.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    shim
+    (shim, init)
 }
 
 fn exec_args(command: &str) -> Value {
@@ -53,49 +51,51 @@ fn exec_args(command: &str) -> Value {
 }
 
 #[test]
-fn in_the_2025_era_only_a_declared_extension_turns_a_long_exec_into_a_task() {
+fn a_session_that_began_with_initialize_gets_the_classic_answer_even_when_it_declares_the_extension()
+ {
+    // The MCP Inspector CLI's default mode: 2025-11-25, the extension declared at initialize.
+    // The extension's wire exists on 2026-07-28 only; a 2025 client cannot read a
+    // `resultType: "task"` answer and would never learn the process id.
     let d = TestDaemon::unstarted();
     let (gate, wait) = gate(d.dir.path(), "hold");
-
-    // No extension: the classic answer, and tasks/* are refused with -32021.
-    let mut classic = start_2025(&d, false);
-    let frame = classic.call("exec", exec_args(&wait));
-    let result = &frame["result"];
-    assert!(result.get("resultType").is_none(), "{frame}");
-    assert_eq!(
-        result["structuredContent"]["status"], "backgrounded",
-        "{frame}"
-    );
-    assert!(result["content"][0]["text"].is_string(), "{frame}");
-    let id = classic.request(
-        "tasks/get",
-        json!({"taskId": result["structuredContent"]["process_id"]}),
-    );
-    let refused = classic.response(id);
-    assert_eq!(refused["error"]["code"], -32021, "{refused}");
-
-    // Declared at initialize: the same call answers with a task.
-    let mut tasks = start_2025(&d, true);
-    let frame = tasks.call("exec", exec_args(&wait));
-    let task = &frame["result"];
-    assert_eq!(task["resultType"], "task", "{frame}");
-    assert_eq!(task["status"], "working", "{frame}");
-    let task_id = task["taskId"].as_str().expect("taskId").to_string();
-    assert!(task_id.starts_with("proc_"), "{frame}");
-    assert!(task["pollIntervalMs"].as_u64().is_some(), "{frame}");
-    assert!(task.get("structuredContent").is_none(), "{frame}");
-
+    for version in ["2024-11-05", "2025-06-18", "2025-11-25"] {
+        let (mut shim, init) = start_initialized(&d, version, true);
+        let capabilities = &init["result"]["capabilities"];
+        assert!(
+            capabilities["extensions"].get(TASKS).is_none(),
+            "{version}: the extension is not offered: {init}"
+        );
+        // The revision's own tasks instead, from 2025-11-25 on.
+        assert_eq!(
+            capabilities["tasks"].is_object(),
+            version == "2025-11-25",
+            "{version}: {init}"
+        );
+        let frame = shim.call("exec", exec_args(&wait));
+        let result = &frame["result"];
+        assert!(result.get("resultType").is_none(), "{version}: {frame}");
+        assert!(result.get("taskId").is_none(), "{version}: {frame}");
+        let body = &result["structuredContent"];
+        assert_eq!(body["status"], "backgrounded", "{version}: {frame}");
+        assert!(
+            body["process_id"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("proc_")),
+            "{version}: {frame}"
+        );
+        assert!(
+            result["content"][0]["text"].is_string(),
+            "{version}: {frame}"
+        );
+        // The extension's tasks/get is refused: it is not this session's wire.
+        if version != "2025-11-25" {
+            let id = shim.request("tasks/get", json!({"taskId": body["process_id"]}));
+            let refused = shim.response(id);
+            assert!(refused.get("error").is_some(), "{version}: {refused}");
+        }
+        shim.close();
+    }
     std::fs::remove_file(&gate).expect("open the gate");
-    let done = crate::helper::eventually_blocking("the task to complete", || {
-        let id = tasks.request("tasks/get", json!({"taskId": task_id}));
-        let frame = tasks.response(id);
-        (frame["result"]["status"] == "completed").then_some(frame)
-    });
-    let body = &done["result"]["result"]["structuredContent"];
-    assert_eq!(body["exit_code"], 0, "{done}");
-    assert_eq!(body["process_id"], task_id.as_str(), "{done}");
-    classic.close();
-    tasks.close();
 }
 
 #[test]

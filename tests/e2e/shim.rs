@@ -6,7 +6,7 @@ use std::process::Stdio;
 
 use serde_json::{Value, json};
 
-use crate::helper::{Pid, TestDaemon, bin, eventually, testbin};
+use crate::helper::{Pid, TestDaemon, bin, eventually, marked_processes, testbin};
 
 use crate::mcp::{Mcp, body, gate, is_error, shim_command};
 
@@ -74,6 +74,16 @@ async fn tools_list_describes_the_whole_contract() {
         assert!(props.get(p).is_some(), "exec lacks {p}");
     }
     assert_eq!(props["yield_ms"]["default"], 5000);
+    // The blocking part is capped like `wait`'s, under MCP clients' 60 s request timeout, and
+    // the tool says so (the session's larger max_yield_ms does not lift it).
+    assert_eq!(props["yield_ms"]["maximum"], 55000);
+    assert!(
+        exec.description
+            .as_ref()
+            .is_some_and(|d| d.contains("max 55000")),
+        "{:?}",
+        exec.description
+    );
     let read_props = by_name("read")
         .input_schema
         .get("properties")
@@ -523,6 +533,91 @@ async fn long_waits_send_progress_notifications_with_the_latest_line() {
     let b = body(&r);
     assert_eq!(b["status"], "completed");
     assert_eq!(b["stdout"], "compiling\nbuilt\n");
+    mcp.close().await;
+}
+
+/// The `ps` row of the process whose command contains `needle`, once there is one.
+async fn ps_row(mcp: &Mcp, needle: &str) -> Option<Value> {
+    let listed = body(
+        &mcp.call(
+            "ps",
+            json!({"include_completed": true, "scope": "all", "limit": 500}),
+        )
+        .await,
+    );
+    listed["processes"].as_array().and_then(|rows| {
+        rows.iter()
+            .find(|r| r["command"].as_str().is_some_and(|c| c.contains(needle)))
+            .cloned()
+    })
+}
+
+#[tokio::test]
+async fn a_cancelled_exec_stops_its_whole_tree() {
+    // `notifications/cancelled` while exec blocks (Esc in an editor, a client's timeout): no
+    // answer will ever carry the process id, so the command must not run on unknown. Once
+    // right after it started (the call may still be in its first slice) and once after it has
+    // run past that slice.
+    let d = TestDaemon::start().await;
+    let mcp = Mcp::start(&d, &[]).await;
+    for (round, ran_for_ms) in [(1, 0), (2, 1_500)] {
+        let started = d.dir.path().join(format!("started-{round}"));
+        let command = format!("touch {}; sleep 300 & sleep 300 & wait", started.display());
+        let params = rmcp::model::CallToolRequestParams::new("exec").with_arguments(
+            json!({"command": command, "side_effects": ["NONE"], "yield_ms": 50_000})
+                .as_object()
+                .cloned()
+                .expect("arguments"),
+        );
+        let request =
+            rmcp::model::ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params));
+        let handle = mcp
+            .service
+            .peer()
+            .send_cancellable_request(request, rmcp::service::PeerRequestOptions::no_options())
+            .await
+            .expect("tools/call sent");
+        let row = eventually("the command to start", || async {
+            if !started.exists() {
+                return None;
+            }
+            ps_row(&mcp, &started.display().to_string())
+                .await
+                .filter(|r| r["duration_ms"].as_u64().is_some_and(|ms| ms >= ran_for_ms))
+        })
+        .await;
+        let id = row["process_id"].as_str().expect("process_id").to_string();
+        eventually("the whole tree", || async {
+            (marked_processes(&id).len() >= 3).then_some(())
+        })
+        .await;
+
+        handle
+            .cancel(Some("the user pressed Esc".into()))
+            .await
+            .expect("notifications/cancelled");
+        let ended = eventually("the command to be stopped", || async {
+            ps_row(&mcp, &started.display().to_string())
+                .await
+                .filter(|r| r["status"] != "running")
+        })
+        .await;
+        assert_eq!(ended["status"], "stopped", "round {round}: {ended}");
+        assert_eq!(
+            marked_processes(&id),
+            Vec::<i32>::new(),
+            "round {round}: the whole tree is gone"
+        );
+    }
+    // The session goes on.
+    let b = body(
+        &mcp.call(
+            "exec",
+            json!({"command": "echo still here", "side_effects": ["NONE"]}),
+        )
+        .await,
+    );
+    assert_eq!(b["stdout"], "still here\n", "{b}");
     mcp.close().await;
 }
 

@@ -38,7 +38,9 @@ use crate::jobs::tools::in_profile_terms;
 use crate::progress::{
     Progress, SettleSpec, Settled, backgrounded, heartbeat_ms, run_until_settled,
 };
-use crate::tool_set::{BoxFuture, TASK_WINDOW_MS, ToolSet, still_running, task_requested};
+use crate::tool_set::{
+    BoxFuture, TASK_WINDOW_MS, TaskMode, ToolSet, still_running, task_mode, task_requested,
+};
 use config::{OUTPUT_LIMIT_BYTES, ShellSettings, TIMEOUT_SLACK_MS};
 
 /// The tool's name, as the original server names it.
@@ -100,6 +102,10 @@ impl ToolSet for ShellTools {
         let info = ended.process.clone().unwrap_or_default();
         let out = ended.output.clone().unwrap_or_default();
         Some(finished(info.duration_ms.div_ceil(1000), &info, &out).into_result())
+    }
+
+    fn task_tools(&self) -> &[&'static str] {
+        &[TOOL_NAME]
     }
 }
 
@@ -352,11 +358,12 @@ async fn run(
         return Answer::Done(ShellResult::refused(message));
     }
     let timeout_ms = c.timeout_secs.saturating_mul(1000);
-    // A request that asked for tasks blocks one short window; the task follows the rest.
-    let budget_ms = if task_requested(request) {
-        TASK_WINDOW_MS.min(timeout_ms + TIMEOUT_SLACK_MS)
-    } else {
-        timeout_ms + TIMEOUT_SLACK_MS
+    // A request that asked for tasks blocks one short window (none for a 2025-11-25 task,
+    // which is answered at once); the task follows the rest.
+    let budget_ms = match task_mode(request) {
+        TaskMode::Inline => timeout_ms + TIMEOUT_SLACK_MS,
+        TaskMode::AfterWindow => TASK_WINDOW_MS.min(timeout_ms + TIMEOUT_SLACK_MS),
+        TaskMode::AtOnce => 0,
     };
     let started = Instant::now();
     let progress = Progress::for_call(request, budget_ms);
@@ -388,6 +395,10 @@ async fn run(
             config::ENV_ALLOW_COMMANDS,
         )));
     };
+    // A 2025-11-25 task is the process, however quickly it ends.
+    if task_mode(request) == TaskMode::AtOnce {
+        return Answer::Running(info.process_id.clone());
+    }
     if resp.status != pb::ExecStatus::Backgrounded as i32 {
         return Answer::Done(finished(
             c.timeout_secs,

@@ -1,5 +1,7 @@
-//! MCP Tasks (the `io.modelcontextprotocol/tasks` extension, SEP-2663; README, "An agent session"): a call whose
-//! process is still running when it would yield answers with a task instead of `backgrounded`.
+//! MCP Tasks (README, "MCP Tasks"): the `io.modelcontextprotocol/tasks` extension (SEP-2663,
+//! protocol 2026-07-28), where a call whose process is still running when it would yield answers
+//! with a task instead of `backgrounded`; and, in [`legacy`], the 2025-11-25 revision's own tasks
+//! for the sessions that began with `initialize`.
 //!
 //! The task id **is** the process id, and nothing about a task lives in the shim: `tasks/get`
 //! and `tasks/cancel` are a lookup (`Read`, `Wait`) or a `Stop` through the daemon, so any shim —
@@ -14,11 +16,13 @@
 //!
 //! Which answers become tasks: a tool result saying its process is still running
 //! ([`running_process`]: `status: "backgrounded"` with a `process_id`) of a call that is not a
-//! ready-wait ([`eligible`]: no `until`), when the request declared the extension
-//! ([`task_requested`](crate::tool_set::task_requested)) and the tool set offers tasks
-//! ([`ToolSet::task_session`]). A request without the extension gets exactly the classic
-//! answer. Status changes are pushed to clients listening for them ([`listen`]).
+//! ready-wait ([`eligible`]: no `until`), when a 2026-07-28 request declared the extension
+//! ([`task_mode`](crate::tool_set::task_mode)) and the tool set offers tasks
+//! ([`ToolSet::task_session`]). A request without the extension — or with it, on a session that
+//! began with `initialize`, which cannot read such an answer — gets exactly the classic answer.
+//! Status changes are pushed to clients listening for them ([`listen`]).
 
+pub mod legacy;
 pub mod listen;
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -36,6 +40,16 @@ use yieldshell_proto::views::{WaitView, format_unix_ms, process_status_name};
 use crate::context::describe;
 use crate::progress::last_line;
 use crate::tool_set::ToolSet;
+
+/// Both task wires of one shim, shared by its transport (which carries what rmcp 3.11 does not
+/// model) and its server handler.
+#[derive(Clone)]
+pub struct TaskWire {
+    /// `subscriptions/listen` streams with `taskIds` (2026-07-28).
+    pub subscriptions: listen::TaskSubscriptions,
+    /// The 2025-11-25 tasks.
+    pub legacy: legacy::LegacyWire,
+}
 
 /// Grace period of a `tasks/cancel` before SIGKILL, as the `stop` tool's default.
 const CANCEL_FORCE_AFTER_MS: u64 = 3_000;
@@ -149,7 +163,7 @@ fn base_task(info: &pb::ProcessInfo, status: TaskStatus) -> Task {
 }
 
 /// The JSON-RPC error for a task id the daemon cannot answer for.
-fn lookup_error(task_id: &str, e: &ClientError) -> McpError {
+pub fn lookup_error(task_id: &str, e: &ClientError) -> McpError {
     let (message, _) = describe(e);
     if e.kind() == ErrorKind::UnknownProcess {
         McpError::invalid_params(
@@ -169,7 +183,7 @@ fn lookup_error(task_id: &str, e: &ClientError) -> McpError {
 
 /// The daemon session of a tool set that offers tasks (the extension is advertised only then,
 /// so a request reaching here without one is a protocol error).
-fn session_of(tools: &dyn ToolSet) -> Result<&Session, McpError> {
+pub fn session_of(tools: &dyn ToolSet) -> Result<&Session, McpError> {
     tools.task_session().ok_or_else(|| {
         McpError::new(
             ErrorCode::METHOD_NOT_FOUND,
@@ -205,35 +219,67 @@ pub async fn create(tools: &dyn ToolSet, process_id: &str) -> Result<CreateTaskR
     Ok(CreateTaskResult::new(task))
 }
 
-/// What a task is now (`tasks/get`, and each pushed status).
-pub async fn detailed(tools: &dyn ToolSet, task_id: &str) -> Result<DetailedTask, McpError> {
+/// A task as it is now, looked up through the daemon.
+pub struct Looked {
+    /// The task (its status says how the process is).
+    pub task: Task,
+    /// The `Wait` answer of its process, once that has ended (what the result is made of).
+    pub ended: Option<pb::WaitResponse>,
+}
+
+/// The task of `info` (and its latest output, for a working task's last line): what each
+/// process status means for a task (see the module doc).
+pub fn task_of(info: &pb::ProcessInfo, out: &pb::Output) -> Task {
+    match pb::ProcessStatus::try_from(info.status).unwrap_or_default() {
+        pb::ProcessStatus::Running => {
+            base_task(info, TaskStatus::Working).with_status_message(working_message(info, out))
+        }
+        pb::ProcessStatus::Stopped => {
+            base_task(info, TaskStatus::Cancelled).with_status_message(cancelled_message(info))
+        }
+        _ => base_task(info, TaskStatus::Completed).with_status_message(ended_message(info)),
+    }
+}
+
+/// Looks a task up: its process's state and, once it has ended, its final `Wait` answer.
+pub async fn look(tools: &dyn ToolSet, task_id: &str) -> Result<Looked, McpError> {
     let session = session_of(tools)?;
     let state = look_up(session, task_id).await?;
     let info = state.process.unwrap_or_default();
     let out = state.output.unwrap_or_default();
-    match pb::ProcessStatus::try_from(info.status).unwrap_or_default() {
-        pb::ProcessStatus::Running => Ok(DetailedTask::new(
-            base_task(&info, TaskStatus::Working).with_status_message(working_message(&info, &out)),
-            TaskPayload::Working,
-        )),
-        pb::ProcessStatus::Stopped => Ok(DetailedTask::new(
-            base_task(&info, TaskStatus::Cancelled).with_status_message(cancelled_message(&info)),
-            TaskPayload::Cancelled,
-        )),
-        _ => {
-            let ended = ended_state(session, task_id).await?;
-            let info = ended.process.clone().unwrap_or(info);
-            let result = tools
-                .task_result(&ended)
-                .unwrap_or_else(|| crate::tools::respond_with(&WaitView::from(&ended)));
-            Ok(DetailedTask::new(
-                base_task(&info, TaskStatus::Completed).with_status_message(ended_message(&info)),
-                TaskPayload::Completed {
-                    result: result_object(&result),
-                },
-            ))
-        }
+    if info.status == pb::ProcessStatus::Running as i32 {
+        return Ok(Looked {
+            task: task_of(&info, &out),
+            ended: None,
+        });
     }
+    let ended = ended_state(session, task_id).await?;
+    let info = ended.process.clone().unwrap_or(info);
+    Ok(Looked {
+        task: task_of(&info, &out),
+        ended: Some(ended),
+    })
+}
+
+/// The tool result a task whose process ended carries: the tool set's own rendering, else the
+/// `wait` body.
+pub fn result_of(tools: &dyn ToolSet, ended: &pb::WaitResponse) -> CallToolResult {
+    tools
+        .task_result(ended)
+        .unwrap_or_else(|| crate::tools::respond_with(&WaitView::from(ended)))
+}
+
+/// What a task is now (`tasks/get`, and each pushed status).
+pub async fn detailed(tools: &dyn ToolSet, task_id: &str) -> Result<DetailedTask, McpError> {
+    let Looked { task, ended } = look(tools, task_id).await?;
+    let payload = match (task.status, ended) {
+        (TaskStatus::Cancelled, _) => TaskPayload::Cancelled,
+        (_, Some(ended)) => TaskPayload::Completed {
+            result: result_object(&result_of(tools, &ended)),
+        },
+        _ => TaskPayload::Working,
+    };
+    Ok(DetailedTask::new(task, payload))
 }
 
 /// The `Wait` answer for a process that has ended: its final state and latest output.
@@ -250,7 +296,7 @@ async fn ended_state(session: &Session, task_id: &str) -> Result<pb::WaitRespons
 }
 
 /// A tool result as the JSON object a completed task inlines.
-fn result_object(result: &CallToolResult) -> JsonObject {
+pub fn result_object(result: &CallToolResult) -> JsonObject {
     match serde_json::to_value(result) {
         Ok(Value::Object(m)) => m,
         // A CallToolResult always serialises to an object; keep the task well-formed anyway.

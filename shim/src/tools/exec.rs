@@ -12,17 +12,20 @@ use yieldshell_proto::session_config::{
 };
 use yieldshell_proto::views::{self, ExecView};
 
-use super::{ErrorBody, output_schema, respond_with, tool};
+use super::{ErrorBody, MAX_BLOCKING_MS, output_schema, respond_with, tool};
 use crate::args::{ArgError, Args};
 use crate::context::{Context, describe};
-use crate::progress::{
-    Progress, SettleSpec, Settled, backgrounded, heartbeat_ms, run_until_settled,
-};
+use crate::progress::{Progress, SettleSpec, Settled, backgrounded, run_until_settled};
+use crate::tool_set::{TaskMode, task_mode};
 
 pub(super) fn definition(ctx: &Context) -> Tool {
     let p = &ctx.config.policy;
     let default_yield = p.default_yield_ms.unwrap_or(DEFAULT_YIELD_MS);
-    let max_yield = p.max_yield_ms.unwrap_or(DEFAULT_MAX_YIELD_MS);
+    // The blocking part of a call is capped like `wait`'s (MCP clients time out at 60 s).
+    let max_yield = p
+        .max_yield_ms
+        .unwrap_or(DEFAULT_MAX_YIELD_MS)
+        .min(MAX_BLOCKING_MS);
     let max_out = p.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES);
     let input = json!({
         "type": "object",
@@ -52,8 +55,8 @@ pub(super) fn definition(ctx: &Context) -> Tool {
         "required": ["command", "side_effects"]
     });
     let description = format!(
-        "Run a shell command: its output and exit code, or after yield_ms (default {default_yield}) \
-         a process_id (it runs on)."
+        "Run a shell command: its output and exit code, or after yield_ms (default {default_yield}, \
+         max {max_yield}) a process_id."
     );
     tool(
         "exec",
@@ -138,6 +141,46 @@ fn sliced_view(state: &pb::WaitResponse, settled: bool, yield_ms: u64) -> ExecVi
     view
 }
 
+/// The first slice of an `exec` (one `Exec` call, which cannot be cut short: only its answer
+/// names the process): short, so a cancelled call stops its command within about this long;
+/// the rest of the yield is waited in `Wait` slices, which a cancellation ends at once.
+const FIRST_SLICE_MS: u64 = 1_000;
+
+/// Grace of the `stop` a cancelled call sends before SIGKILL (as the `stop` tool's default).
+const CANCEL_FORCE_AFTER_MS: u64 = 3_000;
+
+/// How long this call blocks: its `yield_ms` (else the session default), never past the
+/// session's largest yield nor [`MAX_BLOCKING_MS`] — MCP clients give up on a request after
+/// 60 s, and an answer they dropped would leave the agent without the process id.
+fn blocking_ms(ctx: &Context, requested: Option<u64>) -> u64 {
+    let p = &ctx.config.policy;
+    requested
+        .unwrap_or(p.default_yield_ms.unwrap_or(DEFAULT_YIELD_MS))
+        .min(p.max_yield_ms.unwrap_or(DEFAULT_MAX_YIELD_MS))
+        .min(MAX_BLOCKING_MS)
+}
+
+/// Stops the tree of a call the client cancelled (README, "Tools": what Esc means to a person).
+/// Best effort: a process that ended meanwhile has nothing to stop.
+async fn stop_cancelled(ctx: &Context, process_id: &str) {
+    let req = pb::StopRequest {
+        process_id: process_id.to_string(),
+        signal: "SIGTERM".into(),
+        force_after_ms: Some(CANCEL_FORCE_AFTER_MS),
+        ..Default::default()
+    };
+    let _ = ctx.session.stop(req).await;
+}
+
+/// The answer to a cancelled call, which the client no longer reads (rmcp drops it); it says
+/// what happened, for the logs.
+fn cancelled_view(state: &pb::WaitResponse, yield_ms: u64) -> ExecView {
+    let mut view = sliced_view(state, false, yield_ms);
+    view.status = views::process_status_name(pb::ProcessStatus::Stopped as i32).to_string();
+    view.message = Some("The call was cancelled: the command was stopped.".into());
+    view
+}
+
 pub(super) async fn call(
     ctx: &Context,
     args: &Args<'_>,
@@ -147,28 +190,20 @@ pub(super) async fn call(
         Ok(r) => r,
         Err(e) => return respond_with(&ExecView::failed_to_start(e.0, "invalid_argument")),
     };
-    let p = &ctx.config.policy;
-    let yield_ms = req
-        .yield_ms
-        .unwrap_or(p.default_yield_ms.unwrap_or(DEFAULT_YIELD_MS))
-        .min(p.max_yield_ms.unwrap_or(DEFAULT_MAX_YIELD_MS));
-    let started = Instant::now();
-    let Some(progress) = Progress::for_call(request, yield_ms) else {
-        return match exec_once(ctx, req).await {
-            Ok(r) => respond_with(&ExecView::from(&r)),
-            Err(e) => e,
-        };
+    // A 2025-11-25 task is answered at once: start the command and hand its id to the task.
+    let yield_ms = if task_mode(request) == TaskMode::AtOnce {
+        0
+    } else {
+        blocking_ms(ctx, req.yield_ms)
     };
-
-    // With a progress token and a long yield: yield after one heartbeat, then wait in slices,
-    // reporting progress in between. To the agent this is the same exec: it returns as soon as
-    // the command ends, or as backgrounded once `yield_ms` has passed.
+    let started = Instant::now();
+    let progress = Progress::for_call(request, yield_ms);
     let max_output_bytes = req.max_output_bytes;
     let until = req.until.clone();
     let first = match exec_once(
         ctx,
         pb::ExecRequest {
-            yield_ms: Some(heartbeat_ms()),
+            yield_ms: Some(yield_ms.min(FIRST_SLICE_MS)),
             ..req
         },
     )
@@ -180,16 +215,27 @@ pub(super) async fn call(
     let Some(info) = first.process.as_ref() else {
         return respond_with(&ExecView::from(&first));
     };
-    // A match, or waiting for input, is a reason to yield early, as in the daemon's own exec.
-    if first.status != pb::ExecStatus::Backgrounded as i32
+    let running = first.status == pb::ExecStatus::Backgrounded as i32;
+    if running && request.ct.is_cancelled() {
+        stop_cancelled(ctx, &info.process_id).await;
+        return respond_with(&cancelled_view(&backgrounded(&first), yield_ms));
+    }
+    // Ended, matched, waiting for input, or its whole yield spent: the daemon's answer is the
+    // call's (the same reasons to yield early as in the daemon's own exec).
+    if !running
         || first.matched_seq.is_some()
         || info.waiting_for_input == Some(true)
+        || yield_ms <= FIRST_SLICE_MS
     {
         return respond_with(&ExecView::from(&first));
     }
+
+    // The rest of the yield in slices (of one heartbeat, reporting progress in between, when
+    // the client sent a progress token). To the agent this is the same exec: it returns as soon
+    // as the command ends, or as backgrounded once `yield_ms` has passed.
     let spec = SettleSpec {
         request,
-        progress: Some(&progress),
+        progress: progress.as_ref(),
         what: "running",
         wait: pb::WaitRequest {
             process_id: info.process_id.clone(),
@@ -209,9 +255,17 @@ pub(super) async fn call(
             let settled = state.result != pb::WaitResult::InputWanted as i32;
             respond_with(&sliced_view(&state, settled, yield_ms))
         }
-        // A cancelled call leaves the command running, like a yield.
-        Settled::OutOfTime(state) | Settled::Cancelled(state) => {
-            respond_with(&sliced_view(&state, false, yield_ms))
+        Settled::OutOfTime(state) => respond_with(&sliced_view(&state, false, yield_ms)),
+        // Nobody waits for the answer any more, and no answer will carry the process id:
+        // the command is stopped, as the shell profile does and as Esc does in a terminal.
+        Settled::Cancelled(state) => {
+            stop_cancelled(ctx, &info.process_id).await;
+            let state = if state.process.is_some() {
+                state
+            } else {
+                backgrounded(&first)
+            };
+            respond_with(&cancelled_view(&state, yield_ms))
         }
         Settled::Failed(e, state) => {
             let (msg, kind) = describe(&e);

@@ -116,9 +116,13 @@ impl ToolSet for DefaultTools {
         Box::pin(self.call_tool(name, arguments, request))
     }
 
-    /// `exec` becomes a task when it would answer `backgrounded` (README, "An agent session").
+    /// `exec` becomes a task when it would answer `backgrounded` (README, "MCP Tasks").
     fn task_session(&self) -> Option<&yieldshell_proto::client::Session> {
         Some(&self.ctx.session)
+    }
+
+    fn task_tools(&self) -> &[&'static str] {
+        &["exec"]
     }
 }
 

@@ -12,6 +12,7 @@ mod client;
 mod fixture;
 mod installs;
 mod load;
+mod node_clients;
 mod poll;
 mod prerequisites;
 mod procfs;
@@ -32,6 +33,8 @@ pub use installs::{
 };
 #[allow(unused_imports)]
 pub use load::{heavy, heavy_lock, size};
+#[allow(unused_imports)]
+pub use node_clients::{Events, event, events_of, ts_sdk_client};
 #[allow(unused_imports)]
 pub use poll::{TIMEOUT, eventually, eventually_blocking};
 #[allow(unused_imports)]
