@@ -19,6 +19,14 @@ use crate::progress::{
     Progress, SettleSpec, Settled, backgrounded, heartbeat_ms, run_until_settled,
 };
 
+/// What `shell` does here: nothing on Unix (every command runs with `/bin/sh -c`); on Windows it
+/// picks PowerShell over `cmd.exe`.
+const SHELL_DESCRIPTION: &str = if cfg!(windows) {
+    "pwsh or powershell: PowerShell; else cmd.exe."
+} else {
+    "Ignored: /bin/sh."
+};
+
 pub(super) fn definition(ctx: &Context) -> Tool {
     let p = &ctx.config.policy;
     let default_yield = p.default_yield_ms.unwrap_or(DEFAULT_YIELD_MS);
@@ -38,7 +46,7 @@ pub(super) fn definition(ctx: &Context) -> Tool {
             "until": {"type": "string", "description": "Regex: return at a matching output line (a server's URL); it runs on."},
             "yield_ms": {"type": "integer", "maximum": max_yield, "default": default_yield},
             "stdin": {"type": "string"},
-            "shell": {"type": "string"},
+            "shell": {"type": "string", "description": SHELL_DESCRIPTION},
             "close_stdin": {"type": "boolean"},
             "cwd": {"type": "string"},
             "env": {"type": "object", "additionalProperties": {"type": "string"}},
@@ -53,7 +61,7 @@ pub(super) fn definition(ctx: &Context) -> Tool {
     });
     let description = format!(
         "Run a shell command: its output and exit code, or after yield_ms (default {default_yield}) \
-         a process_id (it runs on)."
+         a process_id (it runs on); an identical one still running is returned (reused)."
     );
     tool(
         "exec",
@@ -96,6 +104,9 @@ fn parse(args: &Args) -> Result<pb::ExecRequest, ArgError> {
         tty: args.opt_bool("tty")?.unwrap_or(false),
         cols: opt_u32(args, "cols")?,
         rows: opt_u32(args, "rows")?,
+        // An agent that re-runs a command still running gets that process, not a second copy
+        // (README, "Tools": duplicate starts).
+        reuse_running: true,
         ..Default::default()
     })
 }
@@ -180,8 +191,10 @@ pub(super) async fn call(
     let Some(info) = first.process.as_ref() else {
         return respond_with(&ExecView::from(&first));
     };
-    // A match, or waiting for input, is a reason to yield early, as in the daemon's own exec.
+    // A match, or waiting for input, is a reason to yield early, as in the daemon's own exec;
+    // a reused process already had its yield.
     if first.status != pb::ExecStatus::Backgrounded as i32
+        || first.reused
         || first.matched_seq.is_some()
         || info.waiting_for_input == Some(true)
     {
