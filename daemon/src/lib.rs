@@ -148,6 +148,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<Ended
         starts_in_flight: std::sync::atomic::AtomicUsize::new(0),
         figures: Default::default(),
         watchers: Default::default(),
+        twin_starts: Default::default(),
         actors: Mutex::new(Vec::new()),
         #[cfg(unix)]
         sandbox_kernel: tokio::sync::OnceCell::new(),

@@ -107,6 +107,11 @@ pub struct ProcessRecord {
     /// sandboxed client of it gets no more than this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<RecordSandbox>,
+    /// The digest an identical `exec` is recognised by (`crate::process::twins`; absent for a
+    /// process that is never reused, and in records of earlier versions). A digest, not the
+    /// environment overlay it covers: overlay values may be secrets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub twin: Option<String>,
 }
 
 /// A sandboxed process's grant as a record keeps it (`crate::sandbox::Grant`), with what the
@@ -432,8 +437,8 @@ impl RecordStore {
 }
 
 /// Creates a directory (and missing parents) with mode 0700 if missing, and refuses one that is
-/// not private: a symlink, not a directory, owned by another uid, or with any group/other
-/// permission bit. The state directory holds commands, output and the lock; a writable one would
+/// not private: a symlink, not a directory, owned by another uid, or writable by group/other
+/// (one of ours that others can only read is tightened to 0700). The state directory holds commands, output and the lock; a writable one would
 /// let another user replace `procs/` and read or forge records (RELIABILITY S5).
 pub fn create_private_dir(dir: &Path) -> io::Result<()> {
     yieldshell_proto::paths::ensure_private_dir(dir).map_err(|e| {
@@ -469,6 +474,7 @@ mod tests {
             lost_reason: None,
             tty: false,
             sandbox: None,
+            twin: None,
         }
     }
 

@@ -157,6 +157,7 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
             .unwrap_or_else(|_| SystemTime::now());
         let record = ProcessRecord {
             sandbox: None,
+            twin: None,
             format: crate::record::RECORD_FORMAT,
             process_id: id.clone(),
             session_id: String::new(),

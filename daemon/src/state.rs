@@ -58,6 +58,8 @@ pub struct Daemon {
     pub figures: process::resources::Sampler,
     /// The live viewers' table (`Watch`), built while any viewer is connected.
     pub watchers: crate::service::watch::Hub,
+    /// Identical `exec`s between their look for a running twin and their registration.
+    pub twin_starts: process::twins::TwinStarts,
     /// Actor watchdogs, awaited at shutdown.
     pub(crate) actors: Mutex<Vec<JoinHandle<()>>>,
     /// What the kernel lets the sandbox use, found on the first sandboxed `exec`.

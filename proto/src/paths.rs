@@ -128,11 +128,17 @@ pub fn autostart_enabled() -> bool {
 }
 
 /// Creates `dir` (and its parents) with mode 0700 if missing, then checks that it is a real
-/// directory (not a symlink) owned by us with no group/other bits.
+/// directory (not a symlink) owned by us and private.
+///
+/// A directory of ours whose group/other bits allow no writing (a hand-made 0755, 0750, 0711)
+/// is tightened to 0700, with a warning: nobody else can have put anything in it, and refusing
+/// it would make every client fail for a mode only its owner can fix (and the owner would
+/// chmod it). One that others could write into (0775, 0777) is refused: another user may have
+/// planted entries (a fake socket, a symlink) that tightening would not remove.
 pub fn ensure_private_dir(dir: &Path) -> Result<(), PathError> {
     #[cfg(unix)]
     {
-        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
         let io_err = |what, source| PathError::Io {
             what,
             path: dir.to_path_buf(),
@@ -159,9 +165,35 @@ pub fn ensure_private_dir(dir: &Path) -> Result<(), PathError> {
         if meta.uid() != uid {
             return Err(unsafe_dir(format!("owned by uid {}", meta.uid())));
         }
-        if meta.mode() & 0o077 != 0 {
-            return Err(unsafe_dir(format!("mode {:04o}", meta.mode() & 0o7777)));
+        let mode = meta.mode() & 0o7777;
+        if mode & 0o077 == 0 {
+            return Ok(());
         }
+        if mode & 0o022 != 0 {
+            return Err(unsafe_dir(format!(
+                "mode {mode:04o}: others could have written into it"
+            )));
+        }
+        // Tighten through a descriptor of the directory itself, re-checked: a path swapped for
+        // a symlink or another directory since the look above is refused, never chmod-ed.
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(dir)
+            .map_err(|e| io_err("opening directory", e))?;
+        let now = opened
+            .metadata()
+            .map_err(|e| io_err("inspecting directory", e))?;
+        if now.uid() != uid || now.dev() != meta.dev() || now.ino() != meta.ino() {
+            return Err(unsafe_dir("it changed while it was checked".into()));
+        }
+        opened
+            .set_permissions(std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| io_err("tightening the mode of directory", e))?;
+        tracing::warn!(
+            dir = %dir.display(),
+            "directory had mode {mode:04o}; tightened to 0700 (it holds a private socket or state)"
+        );
         Ok(())
     }
     #[cfg(not(unix))]
@@ -211,13 +243,38 @@ mod tests {
     }
 
     #[test]
-    fn refuses_directory_with_group_bits_and_symlinks() {
+    fn tightens_a_directory_nobody_else_can_write_and_refuses_one_others_can() {
         let tmp = tempdir();
-        let loose = tmp.join("loose");
-        std::fs::create_dir(&loose).expect("mkdir");
-        std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o750)).expect("chmod");
-        let err = ensure_private_dir(&loose).expect_err("loose dir accepted");
-        assert!(err.to_string().contains("unsafe permissions"), "{err}");
+        for mode in [0o755, 0o750, 0o711, 0o701] {
+            let readable = tmp.join(format!("readable-{mode:o}"));
+            std::fs::create_dir(&readable).expect("mkdir");
+            std::fs::set_permissions(&readable, std::fs::Permissions::from_mode(mode))
+                .expect("chmod");
+            ensure_private_dir(&readable).expect("a directory only we can write is tightened");
+            let now = std::fs::metadata(&readable)
+                .expect("meta")
+                .permissions()
+                .mode();
+            assert_eq!(now & 0o7777, 0o700, "{mode:o}");
+        }
+        for mode in [0o775, 0o757, 0o777, 0o1777] {
+            let writable = tmp.join(format!("writable-{mode:o}"));
+            std::fs::create_dir(&writable).expect("mkdir");
+            std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(mode))
+                .expect("chmod");
+            let err = ensure_private_dir(&writable).expect_err("writable dir accepted");
+            assert!(err.to_string().contains("unsafe permissions"), "{err}");
+            let now = std::fs::metadata(&writable)
+                .expect("meta")
+                .permissions()
+                .mode();
+            assert_eq!(now & 0o7777, mode, "a refused directory is left as it was");
+        }
+    }
+
+    #[test]
+    fn refuses_symlinks() {
+        let tmp = tempdir();
 
         let link = tmp.join("link");
         let real = tmp.join("real");

@@ -46,6 +46,15 @@ pub fn input_wanted_message(process_id: &str, _next_seq: u64) -> String {
     )
 }
 
+/// The hint of an `exec` answered with the process an identical earlier `exec` started, which
+/// still runs (`reused`): nothing new started, and how to get a second copy if one is wanted.
+pub fn reused_message(next_seq: u64) -> String {
+    format!(
+        "Already running (an identical exec started it): this is that process, not a new copy \
+         (another name starts one). wait, read(since_seq={next_seq}) or stop it."
+    )
+}
+
 /// The hint for a shell that exited while descendants still run.
 pub fn descendants_message(_process_id: &str, descendants: u32, next_seq: u64) -> String {
     format!(
@@ -178,6 +187,10 @@ pub struct ExecView {
     /// What the kernel lets it do, when it runs sandboxed (absent: unsandboxed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxView>,
+    /// True when an identical exec's process was still running and is what this answer is
+    /// about: nothing new was started (absent otherwise).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reused: bool,
 }
 
 impl ExecView {
@@ -208,6 +221,7 @@ impl ExecView {
             echo_off: false,
             listening: Vec::new(),
             sandbox: None,
+            reused: false,
         }
     }
 }
@@ -248,6 +262,7 @@ impl ExecView {
             echo_off: p.echo_off == Some(true),
             listening: p.listening.clone(),
             sandbox: p.sandbox.as_ref().map(SandboxView::from),
+            reused: false,
         }
     }
 }
@@ -267,6 +282,10 @@ impl From<&pb::ExecResponse> for ExecView {
         if !r.error.is_empty() {
             view.error = Some(r.error.clone());
             view.error_kind = Some(r.error_kind.clone());
+        }
+        if r.reused {
+            view.reused = true;
+            view.message = Some(reused_message(out.next_seq));
         }
         view
     }
@@ -529,7 +548,8 @@ pub struct StopView {
     pub process_id: String,
     /// True once the whole process tree is gone because of this call.
     pub stopped: bool,
-    /// The signal sent first.
+    /// The signal sent first; when the process had already ended, the signal that ended it
+    /// (absent when it exited).
     pub signal: Option<String>,
     /// Status after the call.
     pub status: Option<String>,

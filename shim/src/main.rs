@@ -12,8 +12,9 @@ use yieldshell_proto::session_config::SessionConfig;
 #[derive(Debug, Parser)]
 #[command(name = "mcp-yieldshell", version = yieldshell_proto::VERSION_WITH_PROTOCOL)]
 struct Cli {
-    /// Tool set to serve: default (YieldShell's), jobs (MCP Background Job Server) or shell
-    /// (mcp-shell-server).
+    /// Tool set to serve: default (YieldShell's), mcp-background-job and mcp-shell-server (the
+    /// published packages of those names), jobs and shell (the specifications of the MCP
+    /// Background Job Server and of MCP Shell Server).
     #[arg(long, value_enum, env = profile::ENV_PROFILE, default_value_t = Profile::Default)]
     profile: Profile,
 }

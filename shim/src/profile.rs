@@ -45,9 +45,9 @@ pub enum Profile {
     /// YieldShell's own seven tools.
     #[default]
     Default,
-    /// The Background Job Server's seven tools.
+    /// The seven tools of the MCP Background Job Server's specification (JSON answers).
     Jobs,
-    /// mcp-shell-server's single synchronous tool, as specified.
+    /// The single synchronous tool of MCP Shell Server's specification (JSON answers).
     Shell,
     /// The published `mcp-background-job` 0.1.2's seven tools.
     McpBackgroundJob,

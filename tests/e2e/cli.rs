@@ -213,6 +213,33 @@ async fn without_a_daemon_and_autostart_off_the_error_is_clear() {
     );
 }
 
+/// `daemon status` never starts a daemon; without one it says how to start it, and names
+/// `YIELDSHELL_NO_AUTOSTART` only when that variable is what keeps clients from starting one.
+#[tokio::test]
+async fn daemon_status_without_a_daemon_names_no_autostart_only_when_it_is_set() {
+    let dir = TestDaemon::new_dir();
+    let status = |no_autostart: Option<&str>| {
+        let mut c = std::process::Command::new(crate::helper::bin("yieldctl"));
+        c.args(["daemon", "status"])
+            .env("YIELDSHELL_SOCKET", dir.path().join("none.sock"))
+            .env_remove("YIELDSHELL_NO_AUTOSTART");
+        if let Some(v) = no_autostart {
+            c.env("YIELDSHELL_NO_AUTOSTART", v);
+        }
+        let out = run(&mut c);
+        assert_eq!(out.status.code(), Some(3));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let unset = status(None);
+    assert!(
+        unset.contains("no yieldshelld answers") && unset.contains("yieldctl daemon start"),
+        "{unset}"
+    );
+    assert!(!unset.contains("YIELDSHELL_NO_AUTOSTART"), "{unset}");
+    let set = status(Some("1"));
+    assert!(set.contains("unset YIELDSHELL_NO_AUTOSTART"), "{set}");
+}
+
 #[tokio::test]
 async fn read_follow_ends_for_ended_stopped_and_detached_output() {
     let d = TestDaemon::start().await;

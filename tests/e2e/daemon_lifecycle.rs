@@ -23,11 +23,11 @@ async fn socket_is_0600_in_a_0700_directory() {
 }
 
 #[tokio::test]
-async fn a_daemon_refuses_a_socket_directory_with_loose_permissions() {
+async fn a_daemon_refuses_a_socket_directory_others_could_write_into() {
     let dir = TestDaemon::new_dir();
     let run_dir = dir.path().join("run");
     std::fs::create_dir(&run_dir).expect("mkdir");
-    std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o775)).expect("chmod");
     let out = std::process::Command::new(bin("yieldshelld"))
         .arg("--socket")
         .arg(run_dir.join("d.sock"))
@@ -38,6 +38,46 @@ async fn a_daemon_refuses_a_socket_directory_with_loose_permissions() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("unsafe permissions"), "{err}");
+    let mode = std::fs::metadata(&run_dir).expect("dir").mode();
+    assert_eq!(
+        mode & 0o7777,
+        0o775,
+        "a refused directory is left as it was"
+    );
+}
+
+/// Issue 25 item 7: state and socket directories made by hand with mode 0755 (ours, not
+/// symlinks, nobody else can write into them) used to make every tool call fail while the
+/// client's tool list looked fine. They are tightened to 0700, and the calls work.
+#[tokio::test]
+async fn hand_made_0755_state_and_socket_directories_are_tightened_and_tool_calls_work() {
+    let d = TestDaemon::unstarted();
+    for dir in [
+        &d.state,
+        &d.socket.parent().expect("socket dir").to_path_buf(),
+    ] {
+        std::fs::create_dir_all(dir).expect("mkdir");
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    // The shim starts the daemon itself, as a client would.
+    let mcp = crate::mcp::Mcp::start(&d, &[]).await;
+    let b = crate::mcp::body(
+        &mcp.call(
+            "exec",
+            serde_json::json!({"command": "echo hi", "side_effects": ["NONE"]}),
+        )
+        .await,
+    );
+    assert_eq!(b["status"], "completed", "{b}");
+    assert_eq!(b["stdout"], "hi\n", "{b}");
+    mcp.close().await;
+    for dir in [
+        &d.state,
+        &d.socket.parent().expect("socket dir").to_path_buf(),
+    ] {
+        let mode = std::fs::metadata(dir).expect("dir").mode();
+        assert_eq!(mode & 0o7777, 0o700, "{}", dir.display());
+    }
 }
 
 #[tokio::test]

@@ -46,10 +46,12 @@ async fn stop_is_quick_for_a_cooperative_tree_and_idempotent() {
     let p = r.process.expect("process");
     assert_eq!(p.signal.as_deref(), Some("SIGTERM"));
     assert_eq!(p.exit_code, None);
-    let again = c.stop(&id, "TERM", 3_000).await.expect("second stop");
+    let again = c.stop(&id, "KILL", 3_000).await.expect("second stop");
     assert!(!again.stopped);
     assert_eq!(again.error_kind, ErrorKind::ProcessExited.as_str());
     assert!(again.error.contains("already ended"), "{}", again.error);
+    // How it ended (SIGTERM, from the first stop), not the KILL this call asked for.
+    assert_eq!(again.signal, "SIGTERM");
 }
 
 #[tokio::test]

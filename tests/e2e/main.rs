@@ -16,6 +16,7 @@ mod daemon_output;
 mod daemon_policy;
 mod daemon_stop;
 mod daemon_until;
+mod duplicate_starts;
 mod holders_crash;
 mod holders_launcher;
 mod holders_restart;

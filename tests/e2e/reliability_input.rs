@@ -431,6 +431,12 @@ async fn b6_unknown_ids_ended_processes_bad_signals_and_closed_stdin_through_eve
         let b = body(&mcp.call(tool, args.clone()).await);
         assert_eq!(b["process_id"], args["process_id"], "{tool} {args}");
         assert_eq!(b["error_kind"], kind, "{tool} {args}: {b}");
+        if tool == "write" {
+            // The body carries the id; the message does not repeat it.
+            let error = b["error"].as_str().unwrap_or_default();
+            assert!(!error.contains(id.as_str()), "{error}");
+            assert!(error.contains("ended"), "{error}");
+        }
     }
     mcp.close().await;
 }

@@ -331,6 +331,9 @@ async fn error_bodies_echo_the_id_keep_the_tool_flag_and_name_the_kind() {
     let b = body(&mcp.call("stop", json!({"process_id": id})).await);
     assert_eq!(b["stopped"], false);
     assert_eq!(b["error_kind"], "process_exited");
+    // It says how the process ended, not the signal it was asked to send: `true` exited 0.
+    assert_eq!(b["signal"], Value::Null, "{b}");
+    assert_eq!(b["exit_code"], 0, "{b}");
     // Unknown tools are protocol errors.
     assert!(mcp.try_call("nope", json!({})).await.is_err());
     mcp.close().await;
@@ -844,4 +847,48 @@ fn an_invalid_configuration_fails_at_startup_listing_valid_values() {
         .expect("run");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("YIELDSHELL_ALLOW_COMMAND_REGEX"));
+}
+
+/// `--help` names every profile for what it is: the two published packages by their names, the
+/// two specifications as such.
+#[test]
+fn help_names_each_profile_for_what_it_is() {
+    let out = std::process::Command::new(bin("mcp-yieldshell"))
+        .arg("--help")
+        .output()
+        .expect("mcp-yieldshell --help");
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let summary = help
+        .lines()
+        .skip_while(|l| !l.contains("--profile"))
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    for profile in [
+        "default",
+        "mcp-background-job",
+        "mcp-shell-server",
+        "jobs",
+        "shell",
+    ] {
+        assert!(
+            help.contains(&format!("- {profile}:")),
+            "{profile} missing: {help}"
+        );
+    }
+    assert!(summary.contains("published"), "{summary}");
+    assert!(summary.contains("specification"), "{summary}");
+    let described = |profile: &str| {
+        help.lines()
+            .find(|l| l.trim_start().starts_with(&format!("- {profile}:")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(described("shell").contains("specification"), "{help}");
+    assert!(described("jobs").contains("specification"), "{help}");
+    assert!(
+        described("mcp-shell-server").contains("published"),
+        "{help}"
+    );
 }

@@ -70,6 +70,8 @@ pub struct StartRequest {
     /// commands always run with `/bin/sh -c`.
     #[cfg_attr(unix, allow(dead_code))]
     pub shell: Option<String>,
+    /// What an identical `exec` will recognise it by, when it may be reused.
+    pub twin: Option<super::twins::TwinKey>,
 }
 
 /// Starts and registers a process. Its blocking steps are short (a lock, a `mkdir`, a queued
@@ -198,6 +200,7 @@ pub async fn start(
         started_at: SystemTime::now(),
         tty: req.terminal.is_some(),
         sandbox,
+        twin: req.twin,
     });
     // Queued before the spawn, so the record exists (with the command) for the next daemon even
     // if this one crashes right after; the directory alone already would.

@@ -30,6 +30,7 @@ pub mod tree;
 #[path = "tree_windows.rs"]
 pub mod tree;
 mod tree_ops;
+pub mod twins;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -229,6 +230,9 @@ pub struct ProcessFacts {
     pub tty: bool,
     /// What it may do when it runs sandboxed (README, "Sandbox"); `None`: unsandboxed.
     pub sandbox: Option<Arc<crate::sandbox::Confinement>>,
+    /// What makes an identical `exec` its twin, when it was started by one that may be reused
+    /// ([`twins`]); `None`: never reused.
+    pub twin: Option<twins::TwinKey>,
 }
 
 impl ProcessFacts {
@@ -249,6 +253,7 @@ impl ProcessFacts {
                 .sandbox
                 .as_ref()
                 .map(|s| Arc::new(crate::sandbox::Confinement::from_record(s))),
+            twin: record.twin.as_deref().and_then(twins::TwinKey::from_hex),
         }
     }
 
@@ -289,6 +294,7 @@ impl ProcessFacts {
             lost_reason: state.lost_reason,
             tty: self.tty,
             sandbox: self.sandbox.as_ref().map(|s| s.to_record()),
+            twin: self.twin.map(twins::TwinKey::to_hex),
         }
     }
 }
@@ -436,20 +442,18 @@ impl ManagedProcess {
             .map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => Error::new(
                     ErrorKind::StdinBusy,
-                    format!(
-                        "process {}: too many writes to stdin at once; retry",
-                        self.facts.id
-                    ),
+                    "too many writes to stdin at once; retry",
                 ),
                 mpsc::error::TrySendError::Closed(_) => self.stdin_ended(),
             })?;
         Ok(rx)
     }
 
+    // Write errors do not name the process: every answer to a write echoes its id.
     fn stdin_ended(&self) -> Error {
         Error::new(
             ErrorKind::ProcessExited,
-            format!("process {} has ended; its stdin is closed", self.facts.id),
+            "the process has ended; its stdin is closed",
         )
     }
 

@@ -21,6 +21,7 @@ use crate::output::{ReadQuery, StreamFilter};
 use crate::policy::Refusal;
 use crate::policy::redact::Redactor;
 use crate::process::terminal::TermSize;
+use crate::process::twins::{self, TwinKey};
 use crate::process::{ManagedProcess, Status, input_wait, launch, live_facts, terminal};
 use crate::session::{Session, check_env_size};
 
@@ -214,7 +215,7 @@ pub(super) async fn exec(
     // What the declaration grants (README, "Sandbox"), narrowed by the daemon's floor and by the
     // sandbox of the client that asks, when it runs inside one.
     let mut origin = policy.sandbox_origin(&req.side_effects, &session.default_cwd);
-    origin.caller = caller;
+    origin.caller = caller.clone();
     let grant = origin.grant();
     let sandbox = (!grant.is_unrestricted()).then_some((grant, origin));
     #[cfg(windows)]
@@ -258,6 +259,35 @@ pub(super) async fn exec(
         })
     };
 
+    // Duplicate starts: an identical exec whose process still runs in this project is answered
+    // with that process. The key's lock is held until the new process is registered (in the
+    // start's task), so an identical exec arriving meanwhile finds it.
+    let twin = twins::has_twin_key(&req).then(|| {
+        TwinKey::of(
+            &req.command,
+            &cwd,
+            req.name.as_deref().unwrap_or_default(),
+            req.tty,
+            &req.env,
+        )
+    });
+    let twin_guard = match twin {
+        Some(key) if req.reuse_running => Some(d.twin_starts.lock(key).await),
+        _ => None,
+    };
+    if let Some(key) = twin
+        && req.reuse_running
+        && let Some(running) = super::procs::running_twin(
+            svc,
+            &session,
+            caller.as_ref(),
+            key,
+            sandbox.as_ref().map(|(g, _)| g),
+        )
+    {
+        return Ok(reused(&running, max_out, yield_ms).await);
+    }
+
     // The start is a task of its own, registration included: a client that vanishes while it is
     // awaited leaves a registered process, never a half-started one.
     let start_req = launch::StartRequest {
@@ -271,11 +301,15 @@ pub(super) async fn exec(
         sandbox,
         terminal,
         shell: req.shell.clone(),
+        twin,
     };
     let (daemon, session_for_start) = (svc.daemon.clone(), session.clone());
-    let started =
-        tokio::spawn(async move { launch::start(&daemon, &session_for_start, start_req).await })
-            .await;
+    let started = tokio::spawn(async move {
+        let started = launch::start(&daemon, &session_for_start, start_req).await;
+        drop(twin_guard);
+        started
+    })
+    .await;
     let proc = match started {
         Ok(Ok(p)) => p,
         Ok(Err(r)) => return Ok(refused(r)),
@@ -414,6 +448,18 @@ fn terminal_of(req: &pb::ExecRequest) -> Result<Option<TermSize>, Refusal> {
     terminal::requested_size(req.cols, req.rows, terminal::DEFAULT_SIZE)
         .map(Some)
         .map_err(invalid)
+}
+
+/// The answer to an exec whose identical twin still runs: that process as it is now, its latest
+/// output and live facts (a dev server's address), `reused`. Nothing waits: the command already
+/// had its yield.
+async fn reused(proc: &ManagedProcess, max_out: usize, yield_ms: u64) -> pb::ExecResponse {
+    let mut resp = respond(proc, max_out, yield_ms);
+    resp.reused = true;
+    if let Some(info) = resp.process.as_mut() {
+        live_facts::annotate(live_facts::Freshness::Reused, [(proc, info)]).await;
+    }
+    resp
 }
 
 fn respond(proc: &ManagedProcess, max_out: usize, yield_ms: u64) -> pb::ExecResponse {

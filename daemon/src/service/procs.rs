@@ -54,7 +54,8 @@ pub(super) async fn write(
             bytes_written: n as u64,
             ..Default::default()
         }),
-        Err(e) => Err(e.kind.status(format!("{}: {}", proc.facts.id, e.message))),
+        // The answer echoes the process id already: the message does not repeat it.
+        Err(e) => Err(e.kind.status(e.message)),
     }
 }
 
@@ -65,10 +66,9 @@ fn terminal_input(proc: &ManagedProcess, req: &mut pb::WriteRequest) -> Result<(
     let resize = req.cols.is_some() || req.rows.is_some();
     let Some(term) = proc.terminal.as_ref() else {
         if !req.keys.is_empty() || resize {
-            return Err(ErrorKind::InvalidArgument.status(format!(
-                "{} runs on pipes, not a terminal: keys, cols and rows need a process started with tty=true (send text with input)",
-                proc.facts.id
-            )));
+            return Err(ErrorKind::InvalidArgument.status(
+                "the process runs on pipes, not a terminal: keys, cols and rows need a process started with tty=true (send text with input)",
+            ));
         }
         return Ok(());
     };
@@ -92,10 +92,7 @@ fn terminal_input(proc: &ManagedProcess, req: &mut pb::WriteRequest) -> Result<(
         let size = terminal::requested_size(req.cols, req.rows, now)
             .map_err(|m| ErrorKind::InvalidArgument.status(m))?;
         term.resize(size).map_err(|e| {
-            ErrorKind::ProcessExited.status(format!(
-                "{}: resizing the terminal failed: {e}",
-                proc.facts.id
-            ))
+            ErrorKind::ProcessExited.status(format!("resizing the terminal failed: {e}"))
         })?;
     }
     Ok(())
@@ -154,6 +151,9 @@ pub(super) async fn stop(
             resp.error_kind = ErrorKind::Internal.as_str().into();
         }
         _ => {
+            // Nothing was signalled: the answer says how the process ended (its own signal, if
+            // a signal ended it), not the signal this call asked for.
+            resp.signal = proc.info().signal.unwrap_or_default();
             resp.error = format!(
                 "process {} had already ended ({}); nothing was running to stop",
                 proc.facts.id,
@@ -164,6 +164,25 @@ pub(super) async fn stop(
     }
     resp.process = Some(proc.info());
     Ok(resp)
+}
+
+/// The running process an identical exec would duplicate (`crate::process::twins`): the same
+/// key and sandbox grant, in the session's project and scope, one the caller may act on.
+pub(super) fn running_twin(
+    svc: &ControlService,
+    session: &Session,
+    caller: Option<&Grant>,
+    key: crate::process::twins::TwinKey,
+    grant: Option<&Grant>,
+) -> Option<std::sync::Arc<ManagedProcess>> {
+    // `None`: unsandboxed, as a process without a confinement.
+    let same_grant = |p: &ManagedProcess| p.facts.sandbox.as_ref().map(|c| &c.grant) == grant;
+    scoped(svc, session, pb::Scope::Project as i32)
+        .ok()?
+        .filter(|p| p.facts.twin == Some(key) && p.is_running())
+        .filter(|p| same_grant(p) && super::caller::may_act_on(caller, p))
+        // The newest, should several be (started before reuse existed, or by yieldctl).
+        .max_by_key(|p| p.facts.started_at)
 }
 
 /// Whether `p` belongs to the session's project: started by the session, or running inside the

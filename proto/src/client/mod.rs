@@ -53,16 +53,21 @@ pub type Client = ControlClient<Channel>;
 /// Why a client could not reach or use the daemon.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// Nothing answers on the socket and auto-start is off.
+    /// Nothing answers on the socket, and this call does not start a daemon (auto-start is
+    /// off, or the command never starts one, as `yieldctl daemon status`).
     #[error(
-        "no yieldshelld answers on {}: {reason}. Start it with `yieldshelld` (or `yieldctl daemon start`), or unset {} to let clients start it",
-        socket.display(), paths::ENV_NO_AUTOSTART
+        "no yieldshelld answers on {}: {reason}. Start it with `yieldshelld` (or `yieldctl daemon start`){}",
+        socket.display(), autostart_remedy(*autostart_off)
     )]
     NoDaemon {
         /// The socket tried.
         socket: PathBuf,
         /// The connection error.
         reason: String,
+        /// `YIELDSHELL_NO_AUTOSTART` is set, so clients that would start a daemon do not: the
+        /// message names it only then (a person told to unset a variable that is not set
+        /// looks for a problem that is not there).
+        autostart_off: bool,
     },
     /// We tried to start the daemon and it did not come up.
     #[error("could not start yieldshelld for {}: {detail}", socket.display())]
@@ -135,6 +140,19 @@ fn unresponsive_message(
          exit) and `yieldctl daemon start`",
         socket.display()
     )
+}
+
+/// The end of a [`ClientError::NoDaemon`] message: how to let clients start the daemon, when
+/// `YIELDSHELL_NO_AUTOSTART` is what keeps them from it.
+fn autostart_remedy(autostart_off: bool) -> String {
+    if autostart_off {
+        format!(
+            ", or unset {} to let clients start it",
+            paths::ENV_NO_AUTOSTART
+        )
+    } else {
+        String::new()
+    }
 }
 
 impl ClientError {
@@ -395,6 +413,7 @@ pub async fn connect_any_version(opts: &ConnectOptions) -> Result<Client, Client
         .map_err(|reason| ClientError::NoDaemon {
             socket: opts.socket.clone(),
             reason,
+            autostart_off: !paths::autostart_enabled(),
         })?;
     Ok(ControlClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -424,6 +443,7 @@ pub async fn connect(opts: &ConnectOptions) -> Result<Connection, ClientError> {
         Probe::NoAnswer(reason) => Err(ClientError::NoDaemon {
             socket: opts.socket.clone(),
             reason,
+            autostart_off: !paths::autostart_enabled(),
         }),
         Probe::Unusable(e) => Err(e),
     }
@@ -440,6 +460,7 @@ pub async fn connect_or_start(opts: &ConnectOptions) -> Result<Connection, Clien
         return Err(ClientError::NoDaemon {
             socket: opts.socket.clone(),
             reason: first,
+            autostart_off: !paths::autostart_enabled(),
         });
     }
     let socket_dir = socket_dir(&opts.socket);

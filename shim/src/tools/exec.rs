@@ -18,6 +18,14 @@ use crate::context::{Context, describe};
 use crate::progress::{Progress, SettleSpec, Settled, backgrounded, run_until_settled};
 use crate::tool_set::{TaskMode, task_mode};
 
+/// What `shell` does here: nothing on Unix (every command runs with `/bin/sh -c`); on Windows it
+/// picks PowerShell over `cmd.exe`.
+const SHELL_DESCRIPTION: &str = if cfg!(windows) {
+    "pwsh or powershell: PowerShell; else cmd.exe."
+} else {
+    "Ignored: /bin/sh."
+};
+
 pub(super) fn definition(ctx: &Context) -> Tool {
     let p = &ctx.config.policy;
     let default_yield = p.default_yield_ms.unwrap_or(DEFAULT_YIELD_MS);
@@ -41,7 +49,7 @@ pub(super) fn definition(ctx: &Context) -> Tool {
             "until": {"type": "string", "description": "Regex: return at a matching output line (a server's URL); it runs on."},
             "yield_ms": {"type": "integer", "maximum": max_yield, "default": default_yield},
             "stdin": {"type": "string"},
-            "shell": {"type": "string"},
+            "shell": {"type": "string", "description": SHELL_DESCRIPTION},
             "close_stdin": {"type": "boolean"},
             "cwd": {"type": "string"},
             "env": {"type": "object", "additionalProperties": {"type": "string"}},
@@ -56,7 +64,7 @@ pub(super) fn definition(ctx: &Context) -> Tool {
     });
     let description = format!(
         "Run a shell command: its output and exit code, or after yield_ms (default {default_yield}, \
-         max {max_yield}) a process_id."
+         max {max_yield}) a process_id; an identical one still running is returned (reused)."
     );
     tool(
         "exec",
@@ -99,6 +107,9 @@ fn parse(args: &Args) -> Result<pb::ExecRequest, ArgError> {
         tty: args.opt_bool("tty")?.unwrap_or(false),
         cols: opt_u32(args, "cols")?,
         rows: opt_u32(args, "rows")?,
+        // An agent that re-runs a command still running gets that process, not a second copy
+        // (README, "Tools": duplicate starts).
+        reuse_running: true,
         ..Default::default()
     })
 }
@@ -216,13 +227,16 @@ pub(super) async fn call(
         return respond_with(&ExecView::from(&first));
     };
     let running = first.status == pb::ExecStatus::Backgrounded as i32;
-    if running && request.ct.is_cancelled() {
+    // A reused process was started by an earlier exec and already had its yield: this call
+    // answers with it and, cancelled or not, leaves it alone.
+    if running && !first.reused && request.ct.is_cancelled() {
         stop_cancelled(ctx, &info.process_id).await;
         return respond_with(&cancelled_view(&backgrounded(&first), yield_ms));
     }
-    // Ended, matched, waiting for input, or its whole yield spent: the daemon's answer is the
-    // call's (the same reasons to yield early as in the daemon's own exec).
+    // Ended, reused, matched, waiting for input, or its whole yield spent: the daemon's answer
+    // is the call's (the same reasons to yield early as in the daemon's own exec).
     if !running
+        || first.reused
         || first.matched_seq.is_some()
         || info.waiting_for_input == Some(true)
         || yield_ms <= FIRST_SLICE_MS

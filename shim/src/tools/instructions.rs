@@ -15,8 +15,8 @@ const LISTED: u32 = 20;
 /// The usage text.
 pub const USAGE: &str = "Run commands with exec (side_effects [\"NONE\"] if read-only). A command still running \
 after yield_ms continues in the background as process_id: wait for it, read new output with since_seq=next_seq, \
-write to its stdin, stop its tree. until=REGEX returns at a matching line (exec: a server's URL; write: a REPL's \
-answer). Processes outlive this server: ps finds them.";
+write to its stdin, stop its tree. until=REGEX returns at a matching line. Processes outlive this server: ps \
+finds them.";
 
 /// The instructions with this project's running processes, if a daemon already runs (it is not
 /// started just for this). `None` when none answers within [`LOOKUP_TIMEOUT`].

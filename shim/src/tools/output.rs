@@ -128,9 +128,7 @@ pub(super) fn wait_definition(ctx: &Context) -> Tool {
     tool(
         "wait",
         "Wait for a process",
-        "Block until it exits, a line matches until, or timeout_ms (it runs on). \
-         Returns wait_result and read's fields."
-            .to_string(),
+        "Block until it exits, a line matches until, or timeout_ms (then it runs on).".to_string(),
         input,
         output_schema::<WaitView, ProcessErrorView>(),
         ToolAnnotations::new()

@@ -176,8 +176,7 @@ pub(super) fn ps_definition() -> Tool {
     tool(
         "ps",
         "List processes",
-        "List processes, newest first, earlier sessions' too: id, command, status, exit code."
-            .to_string(),
+        "List processes, newest first, earlier sessions' too.".to_string(),
         input,
         output_schema::<PsView, ErrorBody>(),
         ToolAnnotations::new()

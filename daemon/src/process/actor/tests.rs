@@ -55,6 +55,7 @@ fn start(timeout: Option<Duration>) -> Harness {
         started_at: std::time::SystemTime::now(),
         tty: false,
         sandbox: None,
+        twin: None,
     };
     let output = Arc::new(OutputLog::new(1 << 16, None, 0));
     let slot = Arc::new(RunningCounts::default()).take("sess_test");
