@@ -50,16 +50,67 @@ pub fn schema_object(v: Value) -> JsonObject {
     }
 }
 
-/// The JSON Schema of `T`, without the `$schema` key (MCP tool schemas are plain objects) and
+/// The JSON Schema of `T`, without the `$schema` key (MCP tool schemas are plain objects),
 /// without schemars' numeric `format`s (`uint32`, `int64`, `double`, …): they are not JSON
-/// Schema formats, and strict validators (the MCP Inspector's ajv) warn about every one.
+/// Schema formats, and strict validators (the MCP Inspector's ajv) warn about every one — and
+/// without `null` (schemars writes an `Option` as `[X, "null"]`, one strict-mode warning per
+/// field): an answer leaves an empty field out ([`without_nulls`]), so optional is the truth.
 pub fn schema_of<T: JsonSchema>() -> Value {
     let mut v = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null);
     if let Value::Object(m) = &mut v {
         m.remove("$schema");
     }
     drop_numeric_formats(&mut v);
+    drop_null_types(&mut v);
     v
+}
+
+/// Removes `null` from every `type` list and `anyOf`/`oneOf` alternative, everywhere in a schema:
+/// `["integer", "null"]` becomes `"integer"`, `anyOf: [{$ref}, {type: null}]` the `$ref` alone.
+fn drop_null_types(v: &mut Value) {
+    let is_null = |t: &Value| t.as_str() == Some("null");
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::Array(types)) = m.get_mut("type") {
+                types.retain(|t| !is_null(t));
+                if let [only] = types.as_slice() {
+                    let only = only.clone();
+                    m.insert("type".into(), only);
+                }
+            }
+            for key in ["anyOf", "oneOf"] {
+                let Some(Value::Array(alternatives)) = m.get_mut(key) else {
+                    continue;
+                };
+                alternatives.retain(|a| !a.get("type").is_some_and(is_null));
+                if let [only] = alternatives.as_slice() {
+                    let only = only.clone();
+                    m.remove(key);
+                    if let Value::Object(fields) = only {
+                        m.extend(fields);
+                    }
+                }
+            }
+            m.values_mut().for_each(drop_null_types);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_null_types),
+        _ => {}
+    }
+}
+
+/// An answer body without its `null` fields, at every depth (list items are kept): the output
+/// schemas say such fields are optional ([`schema_of`]), so an answer leaves them out.
+pub fn without_nulls(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, without_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(without_nulls).collect()),
+        other => other,
+    }
 }
 
 /// Removes `format` keys that name Rust number types, everywhere in a schema.
@@ -116,5 +167,39 @@ mod tests {
         let text = schema_of::<Sample>().to_string();
         assert!(!text.contains("\"format\""), "{text}");
         assert!(text.contains("\"integer\""), "{text}");
+    }
+
+    #[test]
+    fn optional_fields_are_optional_not_null() {
+        #[derive(JsonSchema)]
+        #[allow(dead_code)]
+        struct Inner {
+            n: u32,
+        }
+        #[derive(JsonSchema)]
+        #[allow(dead_code)]
+        struct Sample {
+            code: Option<i32>,
+            name: Option<String>,
+            inner: Option<Inner>,
+        }
+        let schema = schema_of::<Sample>();
+        let text = schema.to_string();
+        assert!(!text.contains("null"), "{text}");
+        let props = &schema["properties"];
+        assert_eq!(props["code"]["type"], "integer", "{text}");
+        assert_eq!(props["name"]["type"], "string", "{text}");
+        assert_eq!(props["inner"]["$ref"], "#/$defs/Inner", "{text}");
+        assert!(schema.get("required").is_none(), "{text}");
+    }
+
+    #[test]
+    fn answers_leave_null_fields_out_at_every_depth() {
+        let body =
+            serde_json::json!({"a": null, "b": 0, "c": {"d": null, "e": ""}, "f": [null, 1]});
+        assert_eq!(
+            without_nulls(body),
+            serde_json::json!({"b": 0, "c": {"e": ""}, "f": [null, 1]})
+        );
     }
 }

@@ -230,6 +230,13 @@ async fn output_schemas_use_standard_keywords_only_in_every_profile() {
                     .clone(),
             );
             assert_standard(&out, &format!("{profile}/{}", t.name));
+            // An empty field is left out of an answer, so the schema says optional, never
+            // nullable (`[X, "null"]` is a warning per field in the Inspector's `--strict`).
+            assert!(
+                !out.to_string().contains("\"null\""),
+                "{profile}/{}: a nullable field in {out}",
+                t.name
+            );
             assert_standard(
                 &Value::Object(t.input_schema.as_ref().clone()),
                 &format!("{profile}/{} input", t.name),
@@ -283,16 +290,14 @@ async fn text_blocks_are_lean_and_structured_content_is_complete_and_schema_vali
     let (structured, text) = check("exec", &r);
     assert_eq!(text["stdout"].as_str().map(str::trim), Some("3"));
     assert_eq!(text["exit_code"], 0, "exit_code 0 is information");
-    for empty in [
-        "stderr",
-        "signal",
-        "error",
-        "message",
-        "truncated",
-        "stderr_lines",
-    ] {
+    for empty in ["stderr", "truncated", "stderr_lines"] {
         assert!(structured.get(empty).is_some(), "structured keeps {empty}");
         assert!(text.get(empty).is_none(), "the text omits {empty}: {text}");
+    }
+    // An absent value is an absent field in both (the schemas say optional, not nullable).
+    for absent in ["signal", "error", "message"] {
+        assert!(structured.get(absent).is_none(), "{absent}: {structured}");
+        assert!(text.get(absent).is_none(), "{absent}: {text}");
     }
     let text_len = crate::mcp::text_of(&r).len();
     assert!(text_len <= 160, "wc -l answer is {text_len} bytes: {text}");

@@ -311,7 +311,7 @@ pub fn definitions() -> Vec<Tool> {
 
 fn structured<T: Serialize>(value: T) -> CallToolResult {
     match serde_json::to_value(value) {
-        Ok(v) => CallToolResult::structured(v),
+        Ok(v) => CallToolResult::structured(crate::context::without_nulls(v)),
         Err(e) => ToolError(format!("internal error: {e}")).into_result(),
     }
 }

@@ -142,6 +142,7 @@ impl ShellResult {
     fn into_result(self) -> CallToolResult {
         let failed = self.error.is_some();
         let body = serde_json::to_value(&self).unwrap_or_else(|e| json!({"error": e.to_string()}));
+        let body = crate::context::without_nulls(body);
         if failed {
             CallToolResult::structured_error(body)
         } else {

@@ -22,7 +22,7 @@ use serde_json::{Map, Value, json};
 use yieldshell_proto::errors::ErrorKind;
 
 use crate::args::{ArgError, Args};
-use crate::context::{Context, schema_object, schema_of};
+use crate::context::{Context, schema_object, schema_of, without_nulls};
 use crate::tool_set::{BoxFuture, ToolSet};
 
 /// Longest a single blocking call waits (README, "Tools": MCP clients time out at 60 s).
@@ -127,9 +127,11 @@ impl ToolSet for DefaultTools {
 }
 
 /// A tool result carrying `body`; an error result when the body has a non-null `error`.
-/// `structuredContent` is the whole body (schema-valid); the text block, which is what the model
-/// reads, is [`lean`]'s copy of it.
+/// `structuredContent` is the whole body but its `null` fields (schema-valid: the output schemas
+/// say optional, not nullable); the text block, which is what the model reads, is [`lean`]'s
+/// copy of it.
 pub fn respond(body: Value) -> CallToolResult {
+    let body = without_nulls(body);
     let text = lean(&body).to_string();
     let is_error = body.get("error").is_some_and(|e| !e.is_null());
     let mut result = if is_error {
@@ -307,7 +309,11 @@ mod tests {
     fn results_keep_the_whole_body_as_structured_content() {
         let body = json!({"process_id": "p", "ok": true, "error": null, "stdout": "4\n"});
         let r = respond(body.clone());
-        assert_eq!(r.structured_content, Some(body));
+        // All but the null: the output schemas say optional, not nullable.
+        assert_eq!(
+            r.structured_content,
+            Some(json!({"process_id": "p", "ok": true, "stdout": "4\n"}))
+        );
         assert_eq!(r.is_error, Some(false));
         let text = r.content[0]
             .as_text()
