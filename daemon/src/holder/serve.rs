@@ -695,23 +695,29 @@ impl Holder {
     }
 
     /// Frames from the daemon, with the descriptors they carry (only `Keep` carries one).
+    ///
+    /// Frames that arrived before the daemon went away are still obeyed: a daemon that hands
+    /// over a proxy listener (`Keep`) and is killed at once leaves the frame and its end in one
+    /// read, and dropping the frame would close the listener that every later daemon serves the
+    /// proxy on.
     fn serve_conn(&mut self) {
         let Some(c) = self.conn.as_mut() else {
             return;
         };
         let mut received = Vec::new();
+        let mut gone = false;
         loop {
             match read_with_fds(&c.sock, &mut c.inbuf, &mut received) {
                 Ok(0) => {
-                    self.conn = None;
-                    return;
+                    gone = true;
+                    break;
                 }
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(_) => {
-                    self.conn = None;
-                    return;
+                    gone = true;
+                    break;
                 }
             }
         }
@@ -725,12 +731,15 @@ impl Holder {
                 }
                 Ok(None) => break,
                 Err(_) => {
-                    self.conn = None;
-                    return;
+                    gone = true;
+                    break;
                 }
             }
         }
         c.inbuf.drain(..at);
+        if gone {
+            self.conn = None;
+        }
         let mut received = received.into_iter();
         for kind in kinds {
             match kind {
@@ -1041,5 +1050,63 @@ fn name_this_process() {
     // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes, which this is.
     unsafe {
         libc::prctl(libc::PR_SET_NAME, c"yieldshell-hold".as_ptr());
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// A holder with nothing running, linked to a daemon through `sock`.
+    fn holder_linked_to(sock: UnixStream) -> Holder {
+        sock.set_nonblocking(true).expect("nonblocking");
+        Holder {
+            shell: Identity {
+                pid: 0,
+                start_time: 0,
+            },
+            holder_pid: std::process::id() as i32,
+            stdin: None,
+            pipes: [None, None],
+            terminal: false,
+            redact: [None, None],
+            spool: None,
+            next_seq: 1,
+            exit: None,
+            children: false,
+            conn: Some(Conn {
+                sock,
+                out: Vec::new(),
+                sent: 0,
+                inbuf: Vec::new(),
+            }),
+            listener: None,
+            exit_written: false,
+            exit_file: None,
+            signals: signal_fd().expect("signalfd"),
+            reported_health: 0,
+            kept: None,
+        }
+    }
+
+    /// A daemon killed right after it handed a sandbox's proxy listener over leaves the `Keep`
+    /// frame and its end of the socket to be read together: the holder still keeps the
+    /// listener, so the next daemon serves the proxy on it and the command's connections wait
+    /// in its backlog meanwhile instead of being refused.
+    #[test]
+    fn a_listener_handed_over_just_before_the_daemon_died_is_kept() {
+        let (daemon, holder_end) = UnixStream::pair().expect("socketpair");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let keep = super::super::Encoder::new(Kind::Keep).finish();
+        send_with_fd(&daemon, &keep, Some(listener.as_raw_fd())).expect("send");
+        // The daemon's copies go with it.
+        drop(listener);
+        drop(daemon);
+        let mut h = holder_linked_to(holder_end);
+        h.serve_conn();
+        assert!(h.conn.is_none(), "the daemon's end is seen");
+        assert!(h.kept.is_some(), "the listener handed over is kept");
+        std::net::TcpStream::connect(addr).expect("the kept listener still takes connections");
     }
 }
