@@ -1,4 +1,4 @@
-//! `--agent-cost`: six everyday jobs (issue 11) scripted as an agent would do them, against
+//! `--agent-cost`: seven everyday jobs (issues 11 and 25) scripted as an agent would do them, against
 //! YieldShell and the original server in one run. Per job: the tool calls made, the bytes of
 //! text content the model reads (tool results' text blocks, plus the instructions where the job
 //! relies on them) and the wall time. Byte counts do not depend on the build, so this mode runs
@@ -31,14 +31,21 @@ pub struct JobCost {
 }
 
 /// The jobs, their targets (calls, bytes) for YieldShell, and a label.
-const JOBS: [(&str, usize, usize); 6] = [
+const JOBS: [(&str, usize, usize); 7] = [
     ("test run", 2, 1_000),
     ("dev server URL + stop", 2, 500),
     ("REPL: 2+2, 6*7, exit", 5, 500),
     ("find a job after a restart", 2, 700),
     ("last line + line count, 200k-line log", 1, 1_200),
     ("wc -l with stdin", 1, 160),
+    ("the error in a 200k-line build log", 2, 900),
 ];
+
+/// A 200,000-line build log (about 6.5 MB) with one error, at line 123,456.
+const BUILD_LOG: &str = "seq 1 200000 | awk '$1 == 123456 { print \"error[E0308]: mismatched types at src/lib.rs:\" $1; next } { print \"   Compiling crate_\" $1 \" v0.1.0\" }'";
+
+/// The error line [`BUILD_LOG`] prints.
+const BUILD_ERROR: &str = "error[E0308]: mismatched types at src/lib.rs:123456";
 
 /// An agent's session with one server: counts calls and the text it reads.
 struct Agent {
@@ -352,6 +359,45 @@ async fn wc_stdin(a: &mut Agent) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Job 7: the error in a 200k-line build log, and the lines around it. With `read(grep)` the
+/// agent searches the log it has; without it (the original, or a build before issue 25) it runs
+/// the build again through `grep`, as an agent would.
+async fn find_error(a: &mut Agent) -> anyhow::Result<()> {
+    let mut b = a
+        .exec(json!({"command": BUILD_LOG, "max_output_bytes": 200}))
+        .await?;
+    let id = a.id_of(&b);
+    if b["status"] == "backgrounded" {
+        b = a.wait_exit(&id).await?;
+    }
+    if b["exit_code"] != 0 {
+        bail!("the build failed to run: {b}");
+    }
+    if a.kind == Kind::Ours {
+        let r = a
+            .call(
+                "read",
+                a.id_arg(&id, json!({"grep": "^error", "context": 1})),
+            )
+            .await?;
+        let found = r["lines"].as_array().is_some_and(|lines| {
+            lines
+                .iter()
+                .any(|l| l["text"].as_str() == Some(BUILD_ERROR))
+        });
+        if found {
+            return Ok(());
+        }
+    }
+    let c = a
+        .exec(json!({"command": format!("{BUILD_LOG} | grep -n -C1 '^error'")}))
+        .await?;
+    if !text_has(&c, BUILD_ERROR) {
+        bail!("no error line: {c}");
+    }
+    Ok(())
+}
+
 /// Runs job `index` against one server in a fresh session.
 async fn run_job(bench: &Bench, kind: Kind, index: usize, opts: &Opts) -> JobCost {
     let started = Instant::now();
@@ -366,7 +412,8 @@ async fn run_job(bench: &Bench, kind: Kind, index: usize, opts: &Opts) -> JobCos
             2 => repl(&mut a).await,
             3 => find_after_restart(&mut a).await,
             4 => big_log(&mut a).await,
-            _ => wc_stdin(&mut a).await,
+            5 => wc_stdin(&mut a).await,
+            _ => find_error(&mut a).await,
         };
         let mut cost = a.close().await;
         cost.failure = result.err().map(|e| format!("{e:#}"));
@@ -394,7 +441,8 @@ fn cell(c: &JobCost) -> String {
     s
 }
 
-/// Runs the six jobs against both servers and prints the table (Markdown).
+/// Runs the jobs against both servers and prints the table (Markdown), then the search's own
+/// cost (`search_cost`).
 pub async fn run(opts: &Opts) -> anyhow::Result<()> {
     let bench = Bench::setup(&opts.venv, opts.no_original)
         .await
@@ -439,5 +487,74 @@ pub async fn run(opts: &Opts) -> anyhow::Result<()> {
             }
         }
     }
+    if let Err(e) = search_cost(&bench).await {
+        println!("\nsearching output: {e:#}");
+    }
+    Ok(())
+}
+
+/// The cost of one `read(grep)` over [`BUILD_LOG`] through MCP, beside reading the log page by
+/// page: calls, text bytes the model reads, wall time (median and spread of 10 searches).
+async fn search_cost(bench: &Bench) -> anyhow::Result<()> {
+    let mut a = Agent::start(bench, Kind::Ours).await?;
+    let mut b = a
+        .exec(json!({"command": BUILD_LOG, "max_output_bytes": 200}))
+        .await?;
+    let id = a.id_of(&b);
+    if b["status"] == "backgrounded" {
+        b = a.wait_exit(&id).await?;
+    }
+    let log_bytes = b["next_seq"].as_u64().unwrap_or(1) - 1;
+    let mut times = Vec::new();
+    let mut answer = 0;
+    for _ in 0..10 {
+        let before = a.cost.bytes;
+        let started = Instant::now();
+        let r = a
+            .call(
+                "read",
+                a.id_arg(&id, json!({"grep": "^error", "context": 1})),
+            )
+            .await?;
+        times.push(started.elapsed());
+        answer = a.cost.bytes - before;
+        if r["lines"].as_array().is_none_or(Vec::is_empty) {
+            bail!("this build's read has no grep: {r}");
+        }
+    }
+    times.sort();
+    // The same log read by paging, as an agent without grep would have to.
+    let (calls_before, bytes_before) = (a.cost.calls, a.cost.bytes);
+    let started = Instant::now();
+    let mut since = 1u64;
+    loop {
+        let r = a
+            .call("read", a.id_arg(&id, json!({"since_seq": since})))
+            .await?;
+        since = r["next_seq"].as_u64().unwrap_or(since);
+        if r["has_more"] != true {
+            break;
+        }
+    }
+    let paged = started.elapsed();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "\n| searching a 200,000-line log ({:.1} MB) through MCP | calls | text read | time |",
+        log_bytes as f64 / 1e6
+    );
+    println!("|---|---|---|---|");
+    println!(
+        "| `read(grep=\"^error\", context=1)` | 1 | {answer} B | {:.0} ms (min {:.0}, max {:.0}, 10 runs) |",
+        ms(times[times.len() / 2]),
+        ms(times[0]),
+        ms(times[times.len() - 1])
+    );
+    println!(
+        "| paging it with `read(since_seq)` | {} | {} B | {:.1} s |",
+        a.cost.calls - calls_before,
+        a.cost.bytes - bytes_before,
+        paged.as_secs_f64()
+    );
+    a.close().await;
     Ok(())
 }

@@ -59,12 +59,22 @@ pub struct ReadArgs {
     /// Only the last N lines.
     #[arg(long, value_name = "N")]
     tail: Option<u32>,
-    /// Everything saved on disk, not only what is kept in memory.
-    #[arg(long)]
+    /// Accepted for scripts written before every read included the on-disk log (it does now).
+    #[arg(long, hide = true)]
     all: bool,
     /// Terminal process: print its screen as it looks now (rendered rows), not its output log.
-    #[arg(long, conflicts_with_all = ["follow", "since", "tail", "all", "raw"])]
+    #[arg(long, conflicts_with_all = ["follow", "since", "tail", "all", "raw", "grep"])]
     screen: bool,
+    /// Print only the lines that match this regex (from --since, or the start), each as
+    /// `SEQ:line` (`SEQ-line` for context); exit 1 when none matched.
+    #[arg(long, value_name = "REGEX", conflicts_with_all = ["follow", "tail"])]
+    grep: Option<String>,
+    /// With --grep: print N lines of context before and after each match (at most 20).
+    #[arg(long, short = 'C', value_name = "N", requires = "grep")]
+    context: Option<u32>,
+    /// With --grep: stop after N matching lines.
+    #[arg(long, short = 'm', value_name = "N", requires = "grep")]
+    max_count: Option<u32>,
     /// Terminal process: the output as the program wrote it, escape sequences included (they
     /// are removed otherwise).
     #[arg(long)]
@@ -96,9 +106,11 @@ pub async fn read(ctx: &Ctx, mut a: ReadArgs) -> anyhow::Result<u8> {
         max_output_bytes: None,
         streams: streams.to_pb() as i32,
         tail_lines: a.tail,
-        use_spool: a.all,
         raw: a.raw,
         screen: a.screen,
+        grep: a.grep.clone(),
+        context: a.context,
+        max_matches: a.max_count.map(|n| n.min(MAX_MATCHES_PER_CALL)),
         ..Default::default()
     };
     if a.screen && !ctx.json {
@@ -112,15 +124,19 @@ pub async fn read(ctx: &Ctx, mut a: ReadArgs) -> anyhow::Result<u8> {
                     &r.output.unwrap_or_default(),
                     streams,
                 )
-                .with_screen(r.screen.as_ref());
+                .with_screen(r.screen.as_ref())
+                .with_search(r.search.as_ref());
                 render::json(&view)?;
                 Ok(exit::OK)
             }
             Err(e) => process_error(ctx, &a.id, e),
         };
     }
-    // Whether bytes in the range asked for were retained nowhere (evicted from the ring without
-    // --all, past the spool's cap, or never written because the disk was full).
+    if a.grep.is_some() {
+        return print_matches(&session, base, a.max_count).await;
+    }
+    // Whether bytes in the range asked for were retained nowhere (no spool, past the spool's
+    // cap, or never written because the disk was full).
     let mut incomplete = false;
     // Where printing starts: the tail, or a page-by-page walk from --since / the oldest byte.
     let mut since = match (a.tail, a.since) {
@@ -143,15 +159,10 @@ pub async fn read(ctx: &Ctx, mut a: ReadArgs) -> anyhow::Result<u8> {
                     // Said where the bytes are missing, and in the exit code.
                     incomplete = true;
                     eprintln!(
-                        "[yieldctl: {} bytes (seq {}..{}) are retained nowhere{}]",
+                        "[yieldctl: {} bytes (seq {}..{}) are retained nowhere]",
                         out.first_seq.saturating_sub(since),
                         since,
                         out.first_seq,
-                        if a.all {
-                            ""
-                        } else {
-                            "; --all reads what is saved on disk"
-                        }
                     );
                 }
                 a.stream.print(&out.stdout, &out.stderr)?;
@@ -200,6 +211,63 @@ pub async fn read(ctx: &Ctx, mut a: ReadArgs) -> anyhow::Result<u8> {
         }
     }
     Ok(if incomplete { exit::INCOMPLETE } else { done })
+}
+
+/// Most matching lines one `read --grep` request asks for (the daemon's bound); more are
+/// fetched with further requests.
+const MAX_MATCHES_PER_CALL: u32 = 1000;
+
+/// `read --grep`: every matching line from `--since` (or the start) to the end, as grep prints
+/// them (`SEQ:line`, `SEQ-line` for context), fetched search by search from each answer's
+/// `next_seq`. Exit 0 when a line matched, 1 when none did (as grep), 5 when output in the
+/// range was retained nowhere (said on stderr, where it occurs).
+async fn print_matches(
+    session: &yieldshell_proto::client::Session,
+    mut req: pb::ReadRequest,
+    max_count: Option<u32>,
+) -> anyhow::Result<u8> {
+    let mut left = max_count;
+    let mut matched = false;
+    let mut incomplete = false;
+    let mut since = req.since_seq.unwrap_or(1);
+    loop {
+        req.since_seq = Some(since);
+        req.max_matches = left.map(|n| n.min(MAX_MATCHES_PER_CALL));
+        let resp = session.read(req.clone()).await?;
+        let out = resp.output.unwrap_or_default();
+        if out.truncated {
+            incomplete = true;
+            eprintln!(
+                "[yieldctl: some output in seq {since}..{} is retained nowhere; it was not searched]",
+                out.next_seq
+            );
+        }
+        let lines = resp.search.map(|s| s.lines).unwrap_or_default();
+        let mut text = Vec::new();
+        for line in &lines {
+            let mark = if line.context { '-' } else { ':' };
+            text.extend_from_slice(format!("{}{mark}", line.seq).as_bytes());
+            text.extend_from_slice(&line.text);
+            text.push(b'\n');
+        }
+        render::stdout_bytes(&text)?;
+        let found = u32::try_from(lines.iter().filter(|l| !l.context).count()).unwrap_or(u32::MAX);
+        matched |= found > 0;
+        if let Some(n) = left.as_mut() {
+            *n = n.saturating_sub(found);
+        }
+        if !out.has_more || left == Some(0) || out.next_seq <= since {
+            break;
+        }
+        since = out.next_seq;
+    }
+    Ok(if incomplete {
+        exit::INCOMPLETE
+    } else if matched {
+        exit::OK
+    } else {
+        exit::FAILURE
+    })
 }
 
 /// `read --screen`: the rendered rows of a terminal process's screen, then a newline.

@@ -3,7 +3,7 @@
 //! | code | meaning |
 //! |---|---|
 //! | 0 | success (also: stdout closed by the reader, e.g. `| head`) |
-//! | 1 | the daemon refused or reported an error (unknown id, policy, …); `service`, `man --dir`: a step failed or `install` refused |
+//! | 1 | the daemon refused or reported an error (unknown id, policy, …); `read --grep`: no line matched; `service`, `man --dir`: a step failed or `install` refused |
 //! | 2 | usage error (bad arguments, bad `YIELDSHELL_*` configuration) |
 //! | 3 | no daemon could be reached or started, or it did not answer in time (`daemon_unavailable`) |
 //! | 4 | protocol mismatch between yieldctl and the daemon |

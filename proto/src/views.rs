@@ -338,8 +338,8 @@ pub struct ReadView {
     pub next_seq: u64,
     /// Sequence number where the returned output starts.
     pub first_seq: u64,
-    /// True when requested bytes were left out (evicted from the buffer, or earlier than a
-    /// latest-output window).
+    /// True when this response left out requested bytes: retained nowhere (past the on-disk
+    /// log's cap, or never written), or earlier than a latest-output window.
     pub truncated: bool,
     /// True when more output is already available after `next_seq`.
     pub has_more: bool,
@@ -377,6 +377,27 @@ pub struct ReadView {
     /// With `screen`: the cursor as `[row, col]`, 0-based.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<[u32; 2]>,
+    /// With `grep`: the matching lines and their context, in order (`stdout`/`stderr` are then
+    /// absent). `next_seq` is where to search on; `has_more` that the search stopped before the
+    /// end (`max_matches`, `max_output_bytes`); `truncated` that output in the searched range
+    /// is retained nowhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lines: Option<Vec<SearchLineView>>,
+}
+
+/// A line `read` with `grep` returns.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SearchLineView {
+    /// Where the line starts (`read` from `since_seq` here shows what follows it).
+    pub seq: u64,
+    /// The line without its newline; past 1000 bytes, cut around its match ("…" marks a cut).
+    pub text: String,
+    /// True for a line of context around a match (absent for a match).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub context: bool,
+    /// True for a line of stderr (absent for stdout).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stderr: bool,
 }
 
 impl ReadView {
@@ -386,6 +407,31 @@ impl ReadView {
             self.screen = Some(s.text.clone());
             self.cursor = Some([s.cursor_row, s.cursor_col]);
         }
+        self
+    }
+
+    /// Adds the lines a search found (`read` with `grep`), in place of the output text.
+    pub fn with_search(mut self, search: Option<&pb::Search>) -> ReadView {
+        let Some(search) = search else {
+            return self;
+        };
+        self.stdout = None;
+        self.stderr = None;
+        let lines = search
+            .lines
+            .iter()
+            .map(|l| {
+                let (text, lossy) = text(&l.text);
+                self.lossy |= lossy;
+                SearchLineView {
+                    seq: l.seq,
+                    text,
+                    context: l.context,
+                    stderr: l.stream == pb::Stream::Stderr as i32,
+                }
+            })
+            .collect();
+        self.lines = Some(lines);
         self
     }
 
@@ -414,6 +460,7 @@ impl ReadView {
             listening: p.listening.clone(),
             screen: None,
             cursor: None,
+            lines: None,
         }
     }
 }

@@ -39,9 +39,12 @@ async fn incremental_reads_by_next_seq_lose_and_repeat_nothing_even_when_capped(
     assert!(last.stdout.is_empty() && last.stderr.is_empty());
 }
 
+/// Without a spool (`spool_max_bytes = 0`) the ring is all there is: a read from an evicted
+/// `since_seq` says so once and starts at the oldest byte kept. (With a spool, the evicted bytes
+/// come from disk: `read_spool`.)
 #[tokio::test]
 async fn ring_eviction_sets_truncated_once_and_resumes_at_the_oldest_byte() {
-    let d = TestDaemon::start().await;
+    let d = TestDaemon::start_configured(&[], "spool_max_bytes = 0\n").await;
     let c = d.session_with(&[("YIELDSHELL_MAX_BUFFER_BYTES", "1000")]);
     let r = c.exec(&format!("{} flood 5000", testbin())).await;
     let id = r.process.expect("process").process_id;

@@ -15,11 +15,14 @@
 //!   every byte exactly once, whatever the page size.
 //! - **Readers** pull with cursors ([`OutputLog::read`]) and wait for news on a `watch` channel
 //!   that carries the end position; there are no per-reader queues, so a reader costs a cursor.
-//!   Reads that fall behind the ring are told (`truncated`, or a gap in `follow`), and may be
-//!   served from the spool instead. Every read walks one sequence of [`Piece`]s — bytes from the
-//!   spool while the cursor is older than the ring, then from the ring, with a gap wherever bytes
-//!   are retained nowhere (evicted, past the spool cap, or never written because the disk was
-//!   full) — so no read path can skip bytes silently.
+//!   Forward reads that fall behind the ring are served from the spool; only bytes retained
+//!   nowhere are reported (`truncated`, or a gap in `follow`). Every forward read walks one
+//!   sequence of [`Piece`]s — bytes from the spool while the cursor is older than the ring, then
+//!   from the ring, with a gap wherever bytes are retained nowhere (no spool, past the spool's
+//!   cap, or never written because the disk was full) — so no read path can skip bytes silently.
+//!   One walk reads at most [`DISK_BYTES_PER_PAGE`] from disk for a page (a page of a rare stream
+//!   ends early, `has_more` set, rather than scanning the whole spool); a search
+//!   ([`OutputLog::scan`]) sets its own bound.
 //! - **Closing.** When both pipes reach EOF (or the daemon gives up draining them), the log is
 //!   closed; `follow` ends there.
 //! - The mutex is a `std` mutex held only for short, non-blocking sections and never across an
@@ -89,7 +92,7 @@ pub enum StreamFilter {
 }
 
 impl StreamFilter {
-    fn selects(self, s: Stream) -> bool {
+    pub(crate) fn selects(self, s: Stream) -> bool {
         matches!(
             (self, s),
             (StreamFilter::Both, _)
@@ -142,8 +145,6 @@ pub struct ReadQuery {
     pub streams: StreamFilter,
     /// Latest view only: at most this many lines.
     pub tail_lines: Option<u32>,
-    /// Serve bytes older than the ring from the spool.
-    pub use_spool: bool,
 }
 
 /// A window of output.
@@ -161,7 +162,9 @@ pub struct ReadResult {
     pub truncated: bool,
     /// More bytes are already available after `next_seq`.
     pub has_more: bool,
-    /// Oldest retained sequence number (ring, or spool when asked).
+    /// Oldest retained sequence number: in a latest view, the ring's (what memory keeps, also
+    /// once an ended process's ring was released to disk); in a forward read, the spool's when
+    /// the read reached it.
     pub retained_from: u64,
 }
 
@@ -191,12 +194,17 @@ struct LogInner {
     held: Option<(u64, Option<String>)>,
 }
 
+/// Most bytes one page reads from the spool. A page of both streams fills long before (it
+/// reads twice its cap); a page of one rare stream stops here and says `has_more`, so one call
+/// never scans a whole 64 MiB spool.
+pub const DISK_BYTES_PER_PAGE: usize = 16 << 20;
+
 /// Bytes an ended process keeps in memory once its output is cold: its latest output for the
 /// usual short views; older bytes are read from the spool (RELIABILITY, issue 16 item 7).
 pub const COLD_TAIL_BYTES: usize = 16 * 1024;
 
 /// One step of a forward walk over the log (see [`OutputLog::walk`]).
-enum Piece<'a> {
+pub enum Piece<'a> {
     /// Bytes of one stream from a sequence number on.
     Bytes(u64, Stream, &'a [u8]),
     /// Bytes `[from, to)` are retained nowhere.
@@ -505,18 +513,15 @@ impl OutputLog {
         self.spool_dir.is_some() && since < self.lock().ring.start()
     }
 
-    /// Whether `q` may read the disk: a forward read of bytes older than the ring (from the
-    /// spool when asked, or of an ended process whose memory was released), or a latest view
-    /// of such a process.
+    /// Whether `q` may read the disk: a forward read of bytes older than the ring, or a latest
+    /// view of an ended process whose memory was released.
     pub fn query_touches_disk(&self, q: &ReadQuery) -> bool {
         if self.spool_dir.is_none() {
             return false;
         }
         let inner = self.lock();
         match q.since {
-            Some(since) => {
-                since < inner.ring.start() && (q.use_spool || inner.trimmed_from.is_some())
-            }
+            Some(since) => since < inner.ring.start(),
             None => inner.trimmed_from.is_some(),
         }
     }
@@ -568,20 +573,25 @@ impl OutputLog {
                 // A cursor past the end reads from the end (nothing yet), as before it.
                 let since = since.clamp(1, self.lock().next_seq);
                 let mut page = Page::new(since, max, q.streams);
-                // Read a bit more than one stream's cap from disk; unselected bytes do not count
-                // against it.
-                let walked = self.walk(since, q.use_spool, max.saturating_mul(2), &mut |p| {
-                    page.feed(p)
-                });
+                // Read twice one stream's cap from disk at a time: a page of both streams is
+                // then full after one read.
+                let walked = self.walk(
+                    since,
+                    max.saturating_mul(2),
+                    DISK_BYTES_PER_PAGE,
+                    &mut |p| page.feed(p),
+                );
                 page.finish(walked.end, walked.retained_from)
             }
             None => {
                 let inner = self.lock();
                 let end = inner.next_seq;
-                let r = Self::read_latest(&inner.ring, end, max, q.streams, q.tail_lines);
+                let mut r = Self::read_latest(&inner.ring, end, max, q.streams, q.tail_lines);
                 let Some(floor) = inner.trimmed_from else {
                     return r;
                 };
+                // What the ring kept before its memory was released still counts as kept.
+                r.retained_from = floor;
                 if r.first_seq > inner.ring.start() || floor >= inner.ring.start() {
                     return r;
                 }
@@ -608,7 +618,7 @@ impl OutputLog {
             ..RunsPage::default()
         };
         let mut total = 0usize;
-        let walked = self.walk(since, true, max, &mut |piece| match piece {
+        let walked = self.walk(since, max, DISK_BYTES_PER_PAGE, &mut |piece| match piece {
             Piece::Gap(from, to) => {
                 if page.runs.is_empty() && page.next == since && page.gap.is_none() {
                     page.gap = Some((from, to));
@@ -639,86 +649,87 @@ impl OutputLog {
         page
     }
 
-    /// Walks the log forward from `since`, one [`Piece`] at a time, until `visit` breaks or the
-    /// end is reached. Bytes the ring no longer has come from the spool (when `use_spool`; at
-    /// most `disk_max` bytes, read outside the log's lock), and then the walk ends, so one page
-    /// never mixes a disk read and a ring read taken at different moments; anything retained
+    /// Walks every retained byte from `since` on, one [`Piece`] at a time, until `visit` breaks
+    /// or the end is reached: what a search reads (it bounds its own work by breaking). Reads the
+    /// disk; callers on the async runtime run it on a blocking thread.
+    pub fn scan(&self, since: u64, visit: &mut dyn FnMut(Piece<'_>) -> ControlFlow<()>) -> LogEnd {
+        let since = since.clamp(1, self.lock().next_seq);
+        let walked = self.walk(since, 1 << 20, usize::MAX, visit);
+        let end = self.end();
+        LogEnd {
+            next_seq: walked.end,
+            // Closed as of the walk only if no byte came after the end it walked to.
+            closed: end.closed && end.next_seq == walked.end,
+        }
+    }
+
+    /// Walks the log forward from `since`, one [`Piece`] at a time, until `visit` breaks, the
+    /// end is reached, or `disk_budget` bytes were read from disk (then the walk ends where it
+    /// is: the caller's next page goes on from there). Bytes the ring no longer has come from
+    /// the spool, `disk_step` bytes per read, outside the log's lock; the ring may move
+    /// meanwhile, and what it lost is then read from disk on the next step; anything retained
     /// nowhere is a [`Piece::Gap`].
     fn walk(
         &self,
         since: u64,
-        use_spool: bool,
-        disk_max: usize,
+        disk_step: usize,
+        disk_budget: usize,
         visit: &mut dyn FnMut(Piece<'_>) -> ControlFlow<()>,
     ) -> Walked {
         let mut cursor = since;
         let mut disk_exhausted = false;
         let mut retained_from = None;
         let mut cached_reader = None;
-        // A `use_spool` page reads the disk once; a walk over a released ring reads on until
-        // the ring, in steps large enough that a filtered read of a rare stream stays cheap.
-        let disk_step = if use_spool {
-            disk_max
-        } else {
-            disk_max.max(1 << 20)
-        };
+        let mut disk_read = 0usize;
         loop {
             let inner = self.lock();
             let end = inner.next_seq;
             let ring_start = inner.ring.start();
-            // Where the ring would start had an ended process kept its memory: bytes from here
-            // on read as ring bytes, from disk, with or without `use_spool`.
+            // Where the ring would start had an ended process kept its memory.
             let floor = inner.trimmed_from.unwrap_or(ring_start);
             cursor = cursor.min(end);
-            if cursor < floor && !use_spool {
-                if visit(Piece::Gap(cursor, floor)).is_break() {
-                    return Walked {
-                        end,
-                        retained_from: floor,
-                    };
-                }
-                cursor = floor;
-            }
             if cursor < ring_start
                 && !disk_exhausted
                 && let Some(dir) = self.spool_dir.as_deref()
             {
                 drop(inner);
-                let Some((pieces, disk_start)) =
-                    self.read_disk(dir, cursor, ring_start, disk_step, &mut cached_reader)
-                else {
-                    // Nothing of it on disk: what the ring no longer has is a gap.
-                    disk_exhausted = true;
-                    continue;
-                };
-                retained_from = Some(if use_spool { disk_start } else { floor });
-                for piece in &pieces {
-                    let (flow, piece_end) = match piece {
-                        SpoolPiece::Run(at, stream, bytes) => (
-                            visit(Piece::Bytes(*at, *stream, bytes)),
-                            at + bytes.len() as u64,
-                        ),
-                        SpoolPiece::Missing(from, to) => (visit(Piece::Gap(*from, *to)), *to),
-                    };
-                    if flow.is_break() {
-                        return Walked {
-                            end,
-                            retained_from: retained_from.unwrap_or(floor),
-                        };
-                    }
-                    cursor = piece_end;
-                }
-                if use_spool && cursor < ring_start {
-                    // One disk read per `use_spool` page (it may reach back 64 MiB); the next
-                    // page goes on from `next_seq`. Bytes an ended process released are read
-                    // on until the ring, since they stand for ring bytes.
+                if disk_read >= disk_budget {
                     return Walked {
                         end,
                         retained_from: retained_from.unwrap_or(floor),
                     };
                 }
+                let step = disk_step.min(disk_budget - disk_read).max(1);
+                let Some((pieces, disk_start)) =
+                    self.read_disk(dir, cursor, ring_start, step, &mut cached_reader)
+                else {
+                    // Nothing of it on disk: what the ring no longer has is a gap.
+                    disk_exhausted = true;
+                    continue;
+                };
+                retained_from = Some(disk_start);
+                for piece in &pieces {
+                    let (flow, piece_end) = match piece {
+                        SpoolPiece::Run(at, stream, bytes) => {
+                            disk_read += bytes.len();
+                            (
+                                visit(Piece::Bytes(*at, *stream, bytes)),
+                                at + bytes.len() as u64,
+                            )
+                        }
+                        SpoolPiece::Missing(from, to) => (visit(Piece::Gap(*from, *to)), *to),
+                    };
+                    if flow.is_break() {
+                        return Walked {
+                            end,
+                            retained_from: disk_start,
+                        };
+                    }
+                    cursor = piece_end;
+                }
                 // Go on from the disk or into the ring, which may have moved meanwhile: bytes it
-                // lost since are a gap, which ends a page that already has bytes.
+                // lost since are on disk (the holder writes them before sending them), so the
+                // next step reads them there.
                 continue;
             }
             if cursor < ring_start {

@@ -493,7 +493,21 @@ impl SpoolReader {
             let want = left.min(piece_end - pos);
             let bytes = self.read_bytes(pos, want)?;
             if bytes.is_empty() {
-                break;
+                // Below the end on disk, a segment that is gone was deleted by the cap after
+                // `range` was taken (a holder writes on while we read): its bytes are retained
+                // nowhere. Said so, and the read goes on with the next segment, which is still
+                // there (the oldest go first), instead of ending as if nothing followed.
+                let segment = (pos - 1) / SEGMENT_BYTES;
+                if segment_path(&self.dir, segment).exists() {
+                    break;
+                }
+                let segment_end = ((segment + 1) * SEGMENT_BYTES + 1).min(disk_end);
+                match pieces.last_mut() {
+                    Some(SpoolPiece::Missing(_, to)) if *to == pos => *to = segment_end,
+                    _ => pieces.push(SpoolPiece::Missing(pos, segment_end)),
+                }
+                pos = segment_end;
+                continue;
             }
             let got = bytes.len() as u64;
             match pieces.last_mut() {
@@ -742,6 +756,33 @@ mod tests {
                 run(s + 11, Stream::Stderr, b"after"),
             ]
         );
+    }
+
+    /// Found with issue 25 item 3: the cap deletes the oldest segment while a reader is between
+    /// taking the spool's range and opening the segment. The bytes of the deleted segment are
+    /// missing; the segments after it are still read (a read that ended there would make a page
+    /// jump over them).
+    #[test]
+    fn a_segment_deleted_under_a_reader_is_missing_and_the_rest_is_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut b, mut f) = spool(dir.path(), 1 << 30);
+        let seg = usize::try_from(SEGMENT_BYTES).expect("segment size");
+        b.append(Stream::Stdout, &vec![b'a'; seg]);
+        b.append(Stream::Stdout, &vec![b'b'; seg]);
+        b.append(Stream::Stdout, b"ccc");
+        flush(&mut b, &mut f);
+        let r = SpoolReader::open(dir.path()).expect("open");
+        std::fs::remove_file(segment_path(dir.path(), 0)).expect("rm");
+        let s = SEGMENT_BYTES;
+        let pieces = r.read(s - 1, seg + 10).expect("read");
+        assert_eq!(pieces.len(), 2, "a gap, then the next segment");
+        assert_eq!(pieces[0], SpoolPiece::Missing(s - 1, s + 1));
+        let SpoolPiece::Run(at, Stream::Stdout, bytes) = &pieces[1] else {
+            panic!("{:?}", pieces[1]);
+        };
+        assert_eq!(*at, s + 1);
+        assert_eq!(bytes.len(), seg + 3);
+        assert!(bytes.ends_with(b"bccc"));
     }
 
     /// An index left by a crash between the index write and the data write: the gap record that

@@ -24,7 +24,6 @@ fn q(since: Option<u64>, max: usize) -> ReadQuery {
         max_bytes: max,
         streams: StreamFilter::Both,
         tail_lines: None,
-        use_spool: false,
     }
 }
 
@@ -187,24 +186,15 @@ fn spool_serves_what_the_ring_evicted_and_restores_after_restart() {
     log.append(Stream::Stderr, b"second-");
     log.append(Stream::Stdout, b"third");
     // The disk has what the ring lost; the page goes on into the ring.
-    let r = log.read(&ReadQuery {
-        use_spool: true,
-        ..q(Some(1), 1000)
-    });
+    let r = log.read(&q(Some(1), 1000));
     assert!(!r.truncated);
     assert_eq!(r.stdout, b"first-third");
     assert_eq!(r.stderr, b"second-");
     assert!(!r.has_more);
     // A small page stops in the disk part; the next one continues exactly there.
-    let small = log.read(&ReadQuery {
-        use_spool: true,
-        ..q(Some(1), 4)
-    });
+    let small = log.read(&q(Some(1), 4));
     assert_eq!(small.stdout, b"firs");
-    let rest = log.read(&ReadQuery {
-        use_spool: true,
-        ..q(Some(small.next_seq), 1000)
-    });
+    let rest = log.read(&q(Some(small.next_seq), 1000));
     assert_eq!(rest.stdout, b"t-third");
     assert_eq!(rest.stderr, b"second-");
     drop(log);
@@ -215,10 +205,7 @@ fn spool_serves_what_the_ring_evicted_and_restores_after_restart() {
     assert_eq!(restored.read(&q(None, 100)).stdout, b"third");
     let (out, err) = restored.totals();
     assert_eq!((out.bytes, err.bytes), (11, 7));
-    let all = restored.read(&ReadQuery {
-        use_spool: true,
-        ..q(Some(1), 1000)
-    });
+    let all = restored.read(&q(Some(1), 1000));
     assert_eq!(all.stdout, b"first-third");
 }
 
@@ -267,10 +254,7 @@ fn a_spool_read_past_what_the_disk_has_reports_the_gap() {
     log.flush_spool();
     // Lose the disk copy, as a full disk would have.
     std::fs::remove_file(dir.path().join("out.0")).expect("rm");
-    let r = log.read(&ReadQuery {
-        use_spool: true,
-        ..q(Some(1), 100)
-    });
+    let r = log.read(&q(Some(1), 100));
     assert!(r.truncated, "{r:?}");
     assert_eq!(r.first_seq, 3);
     assert_eq!(r.stdout, b"23456789");
@@ -295,10 +279,7 @@ fn a_gap_inside_the_spool_is_reported_by_the_page_that_reaches_it() {
     let mut seq = 1;
     let mut pages = Vec::new();
     loop {
-        let r = log.read(&ReadQuery {
-            use_spool: true,
-            ..q(Some(seq), 100)
-        });
+        let r = log.read(&q(Some(seq), 100));
         pages.push((
             r.truncated,
             r.first_seq,
@@ -319,7 +300,7 @@ fn a_gap_inside_the_spool_is_reported_by_the_page_that_reaches_it() {
 }
 
 /// Issue 16 item 7: an ended process's ring is released once cold, and every read answers
-/// exactly as before: forward pages without `use_spool`, latest views of any size, tails.
+/// exactly as before: forward pages, latest views of any size, tails.
 #[test]
 fn released_memory_reads_exactly_as_before() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -347,10 +328,7 @@ fn released_memory_reads_exactly_as_before() {
             streams: StreamFilter::Stderr,
             ..q(Some(120_000), 4096)
         },
-        ReadQuery {
-            use_spool: true,
-            ..q(Some(1), 100_000)
-        },
+        q(Some(1), 100_000),
     ];
     let before: Vec<ReadResult> = queries.iter().map(|q| log.read(q)).collect();
     let pages_before = log.read_runs(90_000, 50_000, StreamFilter::Both);
@@ -415,10 +393,7 @@ fn a_disk_read_never_jumps_over_bytes_the_ring_holds() {
     log.append(Stream::Stdout, b"cccc");
     log.flush_spool();
     // The ring holds 7..=12 ("bbcccc"); 5..=6 are missing.
-    let r = log.read(&ReadQuery {
-        use_spool: true,
-        ..q(Some(5), 100)
-    });
+    let r = log.read(&q(Some(5), 100));
     assert!(r.truncated);
     assert_eq!(r.first_seq, 7);
     assert_eq!(r.stdout, b"bbcccc");
@@ -441,4 +416,45 @@ fn a_ring_older_than_the_spool_keeps_its_memory() {
     log.close();
     assert!(!log.release_memory());
     assert_eq!(log.read(&q(Some(1), 10)).stdout, b"xxxxxxxxxx");
+}
+
+/// A page of one rare stream from the start of a large spool reads at most
+/// `DISK_BYTES_PER_PAGE` from disk and says `has_more`; paging on reaches the rare bytes, with
+/// nothing skipped and nothing `truncated`.
+#[test]
+fn a_page_of_a_rare_stream_reads_a_bounded_amount_of_disk() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = OutputLog::new(1 << 16, Some(dir.path()), 1 << 30);
+    let block = vec![b'o'; 1 << 20];
+    for _ in 0..40 {
+        log.append(Stream::Stdout, &block);
+    }
+    log.append(Stream::Stderr, b"the error\n");
+    log.close();
+    let stderr_only = |since| ReadQuery {
+        streams: StreamFilter::Stderr,
+        ..q(Some(since), 100)
+    };
+    let first = log.read(&stderr_only(1));
+    assert!(first.stderr.is_empty() && first.has_more && !first.truncated);
+    assert!(
+        first.next_seq - 1 <= DISK_BYTES_PER_PAGE as u64,
+        "{}",
+        first.next_seq
+    );
+    let mut seq = first.next_seq;
+    let mut pages = 1;
+    let found = loop {
+        let r = log.read(&stderr_only(seq));
+        assert!(!r.truncated);
+        pages += 1;
+        if !r.stderr.is_empty() {
+            break r;
+        }
+        assert!(r.has_more && r.next_seq > seq);
+        seq = r.next_seq;
+    };
+    assert_eq!(found.stderr, b"the error\n");
+    assert_eq!(found.first_seq, seq);
+    assert!(pages >= 3, "{pages}");
 }

@@ -432,7 +432,6 @@ impl<T: ProcessTree> Actor<T> {
             max_bytes: crate::sandbox::denials::TAIL_BYTES,
             streams: crate::output::StreamFilter::Both,
             tail_lines: None,
-            use_spool: false,
         });
         let mut text = tail.stdout;
         text.push(b'\n');

@@ -476,7 +476,6 @@ fn respond(proc: &ManagedProcess, max_out: usize, yield_ms: u64) -> pb::ExecResp
         max_bytes: max_out,
         streams: StreamFilter::Both,
         tail_lines: None,
-        use_spool: false,
     });
     // Facts only (status, process, next_seq, descendants, yield_ms): each front end phrases its
     // own hint from them, naming its own commands. `message` stays empty.

@@ -6,7 +6,7 @@
 //! (or, for `exec`, synchronously before the first `.await` that could be cancelled).
 //!
 //! One file per group of calls: [`exec`] (its start is `crate::process::launch`), [`output`]
-//! (read, follow, wait), [`procs`] (write, stop, list, cleanup), [`admin`] (hello, status,
+//! (read, follow, wait; `read` with `grep` is [`search`]), [`procs`] (write, stop, list, cleanup), [`admin`] (hello, status,
 //! sessions, shutdown), [`watch`] (the live table of `yieldctl top`).
 
 mod admin;
@@ -14,6 +14,7 @@ mod caller;
 mod exec;
 mod output;
 mod procs;
+mod search;
 pub mod watch;
 
 use std::pin::Pin;

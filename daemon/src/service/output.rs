@@ -3,6 +3,7 @@
 //! `follow` and `wait(until)` share one waiting cursor ([`LogCursor`]); reads that reach the
 //! disk spool run on a blocking thread, never on a runtime worker.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use yieldshell_proto::pb;
 
 use super::{
     ControlService, FollowStream, MAX_DURATION_MS, at_most, clamp_output_bytes, output_to_pb,
-    stream_filter,
+    search, stream_filter,
 };
 use crate::output::{LogEnd, ReadQuery, RunsPage, Stream, StreamFilter};
 use crate::process::{ManagedProcess, ProcState, input_wait, live_facts};
@@ -27,7 +28,7 @@ const FOLLOW_BATCH: usize = 256 * 1024;
 /// Longest line kept whole for `until` matching. A longer line is searched in windows of this
 /// size that overlap by [`MATCH_OVERLAP`], so memory stays bounded whatever the line's length,
 /// and a match anywhere in it is found as long as the matched text is under 32 KiB.
-const MAX_MATCH_LINE: usize = 64 * 1024;
+pub(super) const MAX_MATCH_LINE: usize = 64 * 1024;
 /// How much of a window the next one searches again.
 const MATCH_OVERLAP: usize = 32 * 1024;
 /// Bytes kept before a window (and a match must end this far from a window's end that is not the
@@ -51,7 +52,6 @@ pub(super) async fn read(
         max_bytes: clamp_output_bytes(req.max_output_bytes, session.policy.max_output_bytes),
         streams,
         tail_lines: req.tail_lines,
-        use_spool: req.use_spool,
     };
     // State first, output second: if the process ends in between, the output is at least as new
     // as the status says.
@@ -64,9 +64,16 @@ pub(super) async fn read(
         };
         return Err(ErrorKind::InvalidArgument.status(format!("{} {why}", proc.facts.id)));
     }
+    let search = search_query(&req, &proc, q)?;
     let mut process = proc.info();
     live_facts::annotate(live_facts::Freshness::Reused, [(&*proc, &mut process)]).await;
-    let out = read_output(&proc, q).await?;
+    let (out, search) = match search {
+        Some(query) => {
+            let (out, found) = run_search(&proc, query).await?;
+            (out, Some(found))
+        }
+        None => (output_to_pb(read_output(&proc, q).await?), None),
+    };
     let screen = match proc.terminal.as_ref().filter(|_| req.screen) {
         // Catching up may read the spool (a flood that outran the ring).
         Some(term) => {
@@ -83,9 +90,76 @@ pub(super) async fn read(
     };
     Ok(pb::ReadResponse {
         process: Some(process),
-        output: Some(proc.answer_output(output_to_pb(out), req.raw)),
+        output: Some(proc.answer_output(out, req.raw)),
         screen,
+        search,
     })
+}
+
+/// The search a `read` with `grep` asks for, checked; `None` without `grep`.
+fn search_query(
+    req: &pb::ReadRequest,
+    proc: &ManagedProcess,
+    q: ReadQuery,
+) -> Result<Option<search::SearchQuery>, tonic::Status> {
+    let Some(pattern) = req.grep.as_deref().filter(|p| !p.is_empty()) else {
+        return Ok(None);
+    };
+    let invalid = |m: String| ErrorKind::InvalidArgument.status(m);
+    if req.tail_lines.is_some() {
+        return Err(invalid(
+            "grep searches forward from since_seq (default 1); tail_lines is for the latest \
+             output without grep"
+                .to_string(),
+        ));
+    }
+    let context = req.context.unwrap_or(0);
+    if context > search::MAX_CONTEXT {
+        return Err(invalid(format!(
+            "context must be between 0 and {}",
+            search::MAX_CONTEXT
+        )));
+    }
+    let max_matches = req.max_matches.unwrap_or(search::DEFAULT_MAX_MATCHES);
+    if max_matches == 0 || max_matches > search::MAX_MATCHES {
+        return Err(invalid(format!(
+            "max_matches must be between 1 and {}",
+            search::MAX_MATCHES
+        )));
+    }
+    let re = line_regex("grep", pattern).map_err(invalid)?;
+    Ok(Some(search::SearchQuery {
+        re,
+        since: req.since_seq.unwrap_or(1).max(1),
+        streams: q.streams,
+        context: context as usize,
+        max_matches: max_matches as usize,
+        max_text: q.max_bytes,
+        terminal: proc.on_terminal() && !req.raw,
+    }))
+}
+
+/// Runs a search on a blocking thread (it reads the spool): the window it covered, and the lines.
+async fn run_search(
+    proc: &Arc<ManagedProcess>,
+    query: search::SearchQuery,
+) -> Result<(pb::Output, pb::Search), tonic::Status> {
+    let proc = proc.clone();
+    let found = tokio::task::spawn_blocking(move || search::search(&proc.output, &query))
+        .await
+        .map_err(|e| ErrorKind::Internal.status(format!("searching the output failed: {e}")))?;
+    let out = pb::Output {
+        first_seq: found.first_seq,
+        next_seq: found.next_seq,
+        truncated: found.truncated,
+        has_more: found.has_more,
+        ..Default::default()
+    };
+    let lines = pb::Search {
+        lines: found.lines,
+        scanned_bytes: found.scanned_bytes,
+    };
+    Ok((out, lines))
 }
 
 /// Reads output; a read that reaches the disk runs on a blocking thread, not a runtime worker.
@@ -274,11 +348,51 @@ pub(super) struct LineMatcher {
     /// (`terminal::plain_text`: `^42$` matches the `42\r` a terminal writes), and that text is
     /// the matched line. A line over [`MAX_MATCH_LINE`] is searched raw, window by window.
     terminal: bool,
+    /// `write` with `until` on a terminal that echoes: the lines of the input written (plain
+    /// text, trimmed), whose echo is not the answer. A line that ends with one of them is that
+    /// echo (a prompt may precede it): it and the echo lines before it are passed over.
+    echo: VecDeque<Vec<u8>>,
 }
 
-/// A stream's unfinished line, or the window of it still to search.
+/// The lines a terminal echoes of `input`: each piece between line ends, as plain text, trimmed
+/// (named keys' escape sequences vanish), empty ones left out.
+fn echo_lines(input: &[u8]) -> VecDeque<Vec<u8>> {
+    input
+        .split(|b| matches!(b, b'\r' | b'\n'))
+        .map(|piece| {
+            crate::process::terminal::plain_text(piece)
+                .trim_ascii()
+                .to_vec()
+        })
+        .filter(|line| !line.is_empty())
+        .collect()
+}
+
+/// Whether a finished line is the echo of a pending input line; if so, drops it and the ones
+/// before it (their echo was passed over without matching, or never came).
+fn take_echo(echo: &mut VecDeque<Vec<u8>>, line: &[u8]) -> bool {
+    let text = line.trim_ascii_end();
+    match echo.iter().position(|e| text.ends_with(e)) {
+        Some(i) => {
+            echo.drain(..=i);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Whether an unfinished line is an echo still arriving: it ends with the start of a pending
+/// input line (`print('DO` of `print('DONE')`), or all of the last one (typed without Enter).
+fn echo_in_progress(echo: &VecDeque<Vec<u8>>, line: &[u8]) -> bool {
+    let text = line.trim_ascii_end();
+    echo.iter()
+        .any(|e| (1..=e.len()).any(|k| text.ends_with(&e[..k])))
+}
+
+/// A stream's unfinished line, or the window of it still to search (also `read` with `grep`'s,
+/// in `search`).
 #[derive(Default)]
-struct LineWindow {
+pub(super) struct LineWindow {
     /// Where the line starts.
     seq: u64,
     /// Some bytes of the line arrived (an empty line counts once its newline does).
@@ -298,14 +412,19 @@ impl LineWindow {
     /// Whether `re` matches in the window. Unless the window ends the line, a match must end
     /// [`WINDOW_EDGE`] bytes before the window does (`$` or `\b` there would see a false end);
     /// one nearer the end is searched again in the next window, which overlaps this one.
-    fn matches(&self, re: &Regex, at_line_end: bool) -> bool {
+    pub(super) fn matches(&self, re: &Regex, at_line_end: bool) -> bool {
         // `find_at` lets look-behind see the context bytes, and `^` never matches after 0.
         re.find_at(&self.bytes, self.context)
             .is_some_and(|m| at_line_end || m.end() + WINDOW_EDGE <= self.bytes.len())
     }
 
     /// Appends part of the line; searches each full window before sliding past it.
-    fn extend(&mut self, re: &Regex, seq: u64, mut piece: &[u8]) -> Option<(u64, Vec<u8>)> {
+    pub(super) fn extend(
+        &mut self,
+        re: &Regex,
+        seq: u64,
+        mut piece: &[u8],
+    ) -> Option<(u64, Vec<u8>)> {
         if !self.started {
             self.started = true;
             self.seq = seq;
@@ -339,17 +458,33 @@ impl LineWindow {
     }
 
     /// Ends the line at a newline: the last window is searched with the line's true end.
-    fn finish(&mut self, re: &Regex, terminal: bool) -> Option<(u64, Vec<u8>)> {
+    pub(super) fn finish(&mut self, re: &Regex, terminal: bool) -> Option<(u64, Vec<u8>)> {
         let found = match terminal.then(|| self.terminal_text(re)).flatten() {
             Some(found) => found,
             None => self
                 .matches(re, true)
                 .then(|| (self.seq, self.window().to_vec())),
         };
+        self.clear();
+        found
+    }
+
+    /// The whole line, while it is one window (as a terminal shows it when `terminal`).
+    fn whole_line(&self, terminal: bool) -> Option<Vec<u8>> {
+        (self.context == 0).then(|| {
+            if terminal {
+                crate::process::terminal::plain_text(&self.bytes)
+            } else {
+                self.bytes.clone()
+            }
+        })
+    }
+
+    /// Forgets the line (its end, or a gap, came) without searching what is left of it.
+    pub(super) fn clear(&mut self) {
         self.bytes.clear();
         self.context = 0;
         self.started = false;
-        found
     }
 }
 
@@ -359,12 +494,20 @@ impl LineMatcher {
             re,
             partial: [LineWindow::default(), LineWindow::default()],
             terminal: false,
+            echo: VecDeque::new(),
         }
     }
 
     /// Matches lines as a terminal process's (see [`LineMatcher::terminal`]) when `terminal`.
     pub(super) fn on_terminal(mut self, terminal: bool) -> LineMatcher {
         self.terminal = terminal;
+        self
+    }
+
+    /// Passes over the terminal's echo of `input` (see [`LineMatcher::echo`]): `write` with
+    /// `until` answers with what the program printed, not with what was typed.
+    pub(super) fn skipping_echo_of(mut self, input: &[u8]) -> LineMatcher {
+        self.echo = echo_lines(input);
         self
     }
 
@@ -375,13 +518,22 @@ impl LineMatcher {
         let mut start = 0;
         for nl in memchr::memchr_iter(b'\n', data) {
             // (An empty line starts at its newline: `extend` notes the start even of nothing.)
-            let found = line
-                .extend(&self.re, seq + start as u64, &data[start..nl])
-                .or_else(|| line.finish(&self.re, self.terminal));
-            if found.is_some() {
-                return found;
+            if let Some(found) = line.extend(&self.re, seq + start as u64, &data[start..nl]) {
+                return Some(found);
             }
             start = nl + 1;
+            // Every whole line is checked for the echo, matching or not, so an echo that does
+            // not match is not later taken for a line of output that ends the same way.
+            if !self.echo.is_empty()
+                && let Some(text) = line.whole_line(self.terminal)
+                && take_echo(&mut self.echo, &text)
+            {
+                line.clear();
+                continue;
+            }
+            if let Some(found) = line.finish(&self.re, self.terminal) {
+                return Some(found);
+            }
         }
         if start < data.len() {
             return line.extend(&self.re, seq + start as u64, &data[start..]);
@@ -402,6 +554,7 @@ impl LineMatcher {
                         .then(|| (l.seq, l.window().to_vec())),
                 },
             )
+            .filter(|(_, text)| !echo_in_progress(&self.echo, text))
     }
 }
 
@@ -415,12 +568,38 @@ pub(super) enum WaitOutcome {
     Matched(u64, Vec<u8>),
 }
 
+/// Longest pattern `until` or `grep` accepts: a regex is a line of text, not a document.
+const MAX_PATTERN_BYTES: usize = 4096;
+/// Largest compiled program of a pattern: the `regex` crate's size limit, set to its current
+/// default (10 MiB, which `\w{100}` over Unicode fits) so it stays put. Matching time is linear
+/// in the text whatever the pattern; this bounds the memory and per-byte cost of one.
+const MAX_COMPILED_PATTERN: usize = 10 << 20;
+
+/// Compiles a pattern matched against output lines (`until`, `grep`); an invalid or oversized one
+/// is an `invalid_argument` message naming `field`.
+pub(super) fn line_regex(field: &str, pattern: &str) -> Result<Regex, String> {
+    if pattern.len() > MAX_PATTERN_BYTES {
+        return Err(format!(
+            "{field} is {} bytes long; a pattern may be at most {MAX_PATTERN_BYTES}",
+            pattern.len()
+        ));
+    }
+    regex::bytes::RegexBuilder::new(pattern)
+        .size_limit(MAX_COMPILED_PATTERN)
+        .build()
+        .map_err(|e| match e {
+            regex::Error::CompiledTooBig(_) => format!(
+                "{field} compiles to more than {} MiB; use a simpler pattern (smaller repetition counts)",
+                MAX_COMPILED_PATTERN >> 20
+            ),
+            e => format!("{field} is not a valid regular expression: {e}"),
+        })
+}
+
 /// Compiles an `until` pattern into a line matcher; an invalid one is an `invalid_argument`
 /// message naming the field. The one compile behind `wait`, `exec` and `write` with `until`.
 pub(super) fn until_matcher(pattern: &str) -> Result<LineMatcher, String> {
-    Regex::new(pattern)
-        .map(LineMatcher::new)
-        .map_err(|e| format!("until is not a valid regular expression: {e}"))
+    line_regex("until", pattern).map(LineMatcher::new)
 }
 
 /// Waits until an output line from `since` on matches, the process has ended with its output
@@ -545,7 +724,6 @@ pub(super) async fn wait(
             max_bytes: max_out,
             streams,
             tail_lines: None,
-            use_spool: false,
         },
     )
     .await?;
@@ -575,6 +753,17 @@ pub(super) async fn write_until(
     let mut matcher = until_matcher(pattern)
         .map_err(|m| ErrorKind::InvalidArgument.status(m))?
         .on_terminal(proc.on_terminal());
+    // A terminal echoes what is typed, unless it reads a password (canonical, echo off); a
+    // program in raw mode (a REPL's line editor) draws the echo itself. As the modes are before
+    // the input arrives.
+    let echoes = proc
+        .terminal
+        .as_ref()
+        .and_then(|t| t.modes())
+        .is_some_and(|m| !(m.echo_off && m.canonical));
+    if echoes {
+        matcher = matcher.skipping_echo_of(&req.input);
+    }
     at_most("timeout_ms", req.timeout_ms, MAX_DURATION_MS)
         .map_err(|m| ErrorKind::InvalidArgument.status(m))?;
     let max_out = clamp_output_bytes(req.max_output_bytes, max_output_bytes);
@@ -610,7 +799,6 @@ pub(super) async fn write_until(
             max_bytes: max_out,
             streams: StreamFilter::Both,
             tail_lines: None,
-            use_spool: true,
         },
     )
     .await?;
@@ -652,6 +840,48 @@ mod tests {
         let (seq, line) = m.feed(21, Stream::Stdout, b"ing on 8080\n").expect("match");
         assert_eq!(line, b"listening on 8080");
         assert_eq!(seq, 9);
+    }
+
+    #[test]
+    fn a_terminals_echo_of_the_input_is_passed_over() {
+        let matcher = || {
+            LineMatcher::new(Regex::new("DONE").expect("re"))
+                .on_terminal(true)
+                .skipping_echo_of(b"print('DONE')\r")
+        };
+        // The echo arriving (a partial line that starts the input) is no answer, nor its line.
+        let mut m = matcher();
+        assert!(m.feed(1, Stream::Stdout, b"print('DO").is_none());
+        assert_eq!(m.check_partial(), None);
+        assert!(m.feed(10, Stream::Stdout, b"NE')\r\n").is_none());
+        let (seq, line) = m.feed(25, Stream::Stdout, b"DONE\r\n>>> ").expect("answer");
+        assert_eq!((seq, line.as_slice()), (25, &b"DONE"[..]));
+        // Behind a prompt, with the line editor's escape sequences.
+        let mut m = matcher();
+        assert!(
+            m.feed(1, Stream::Stdout, b">>> \x1b[1mprint('DONE')\x1b[0m\r\n")
+                .is_none()
+        );
+        assert!(m.feed(40, Stream::Stdout, b"DONE\r\n").is_some());
+        // An echo that does not match is passed over too, so a later line ending the same way
+        // is an answer: typed `ls`, printed `DONE: ls`.
+        let mut m = LineMatcher::new(Regex::new("DONE").expect("re"))
+            .on_terminal(true)
+            .skipping_echo_of(b"ls\n");
+        assert!(m.feed(1, Stream::Stdout, b"ls\r\n").is_none());
+        let (_, line) = m.feed(5, Stream::Stdout, b"DONE: ls\r\n").expect("answer");
+        assert_eq!(line, b"DONE: ls");
+        // Without an echo expected, the first matching line is the answer.
+        let mut m = LineMatcher::new(Regex::new("DONE").expect("re")).on_terminal(true);
+        assert!(m.feed(1, Stream::Stdout, b"print('DONE')\r\n").is_some());
+    }
+
+    #[test]
+    fn echo_lines_are_the_typed_lines_as_plain_text() {
+        assert_eq!(
+            echo_lines(b"a = 1\n\nprint(a)\r  \x1b[A\n"),
+            VecDeque::from([b"a = 1".to_vec(), b"print(a)".to_vec()])
+        );
     }
 
     #[test]

@@ -253,7 +253,21 @@ pub(crate) async fn status(ctx: &Context, args: &Args<'_>) -> Result<StatusOutpu
 
 pub(crate) async fn output(ctx: &Context, args: &Args<'_>) -> Result<ProcessOutput, ToolError> {
     let id = job_id(args)?;
-    let (stdout, stderr) = collect_since(ctx, &id, 1)
+    // The original returns its bounded buffer (`MCP_BG_MAX_OUTPUT_SIZE`, the session's ring):
+    // page from where the ring starts, not from the spool's older bytes, which forward reads
+    // would otherwise include.
+    let kept_from = ctx
+        .session
+        .read(pb::ReadRequest {
+            process_id: id.clone(),
+            max_output_bytes: Some(1),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| call_error(&e, &id, "get job output"))?
+        .output
+        .map_or(1, |o| o.retained_from_seq);
+    let (stdout, stderr) = collect_since(ctx, &id, kept_from)
         .await
         .map_err(|e| call_error(&e, &id, "get job output"))?;
     Ok(process_output(&stdout, &stderr))

@@ -19,6 +19,8 @@ use crate::progress::{Progress, SettleSpec, Settled, run_until_settled};
 
 /// Largest `tail_lines`.
 const MAX_TAIL_LINES: u64 = 100_000;
+/// Most `context` lines around a `grep` match (the daemon's bound).
+const MAX_CONTEXT: u64 = 20;
 
 pub(super) fn read_definition(ctx: &Context) -> Tool {
     let max_out = ctx
@@ -26,23 +28,27 @@ pub(super) fn read_definition(ctx: &Context) -> Tool {
         .policy
         .max_output_bytes
         .unwrap_or(DEFAULT_MAX_OUTPUT_BYTES);
+    // Within the tool list's 5,000 bytes: bounds the daemon enforces anyway (and answers with
+    // the range) are left out of the schema, except the output cap, which is the session's.
     let input = json!({
         "type": "object",
         "properties": {
             "process_id": {"type": "string"},
-            "since_seq": {"type": "integer", "description": "The last next_seq: output after it. Omit for the latest."},
-            "tail_lines": {"type": "integer", "minimum": 1, "maximum": MAX_TAIL_LINES, "description": "Latest: at most this many lines."},
-            "streams": {"type": "string", "enum": ["both", "stdout", "stderr"], "default": "both"},
-            "max_output_bytes": {"type": "integer", "minimum": 1, "maximum": max_out, "default": max_out, "description": "Per stream."},
+            "since_seq": {"type": "integer", "description": "Go on from a next_seq; omit: latest."},
+            "tail_lines": {"type": "integer", "description": "Latest N lines."},
+            "streams": {"type": "string", "enum": ["both", "stdout", "stderr"]},
+            "max_output_bytes": {"type": "integer", "maximum": max_out, "description": "Per stream."},
             "screen": {"type": "boolean", "description": "tty: rendered screen."},
-            "raw": {"type": "boolean"}
+            "raw": {"type": "boolean"},
+            "grep": {"type": "string", "description": "Regex: only matching lines, with seq (whole log)."},
+            "context": {"type": "integer", "description": "grep: lines around each."}
         },
         "required": ["process_id"]
     });
     tool(
         "read",
         "Read a process's output",
-        "A process's output (latest, or paged with since_seq), status and exit code.".to_string(),
+        "A process's output (latest, by since_seq, or grep), status and exit code.".to_string(),
         input,
         output_schema::<ReadView, ProcessErrorView>(),
         ToolAnnotations::new()
@@ -75,8 +81,24 @@ pub(super) async fn read(ctx: &Context, args: &Args<'_>) -> CallToolResult {
                 "tail_lines must be between 1 and {MAX_TAIL_LINES}"
             )));
         }
+        let grep = args.opt_string("grep")?.filter(|g| !g.is_empty());
+        let context = args.opt_u64("context")?;
+        if context.is_some_and(|n| n > MAX_CONTEXT) {
+            return Err(ArgError(format!(
+                "context must be between 0 and {MAX_CONTEXT}"
+            )));
+        }
+        if grep.is_some() && tail_lines.is_some() {
+            return Err(ArgError(
+                "grep searches forward from since_seq (default 1); tail_lines is for the \
+                 latest output without grep"
+                    .to_string(),
+            ));
+        }
         Ok(pb::ReadRequest {
             process_id,
+            grep,
+            context: context.map(|n| n as u32),
             since_seq: args.opt_u64("since_seq")?.map(|s| s.max(1)),
             max_output_bytes: args.opt_u64("max_output_bytes")?,
             streams: streams.to_pb() as i32,
@@ -98,7 +120,8 @@ pub(super) async fn read(ctx: &Context, args: &Args<'_>) -> CallToolResult {
                 &r.output.unwrap_or_default(),
                 streams,
             )
-            .with_screen(r.screen.as_ref()),
+            .with_screen(r.screen.as_ref())
+            .with_search(r.search.as_ref()),
         ),
         Err(e) => {
             let (msg, kind) = describe(&e);
@@ -120,7 +143,7 @@ pub(super) fn wait_definition(ctx: &Context) -> Tool {
             "timeout_ms": {"type": "integer", "maximum": MAX_BLOCKING_MS, "default": 30_000},
             "until": {"type": "string", "description": "Regex: return once an output line matches."},
             "since_seq": {"type": "integer", "default": 1, "description": "Where until starts matching."},
-            "max_output_bytes": {"type": "integer", "minimum": 1, "maximum": max_out, "default": max_out, "description": "Per stream."},
+            "max_output_bytes": {"type": "integer", "maximum": max_out, "description": "Per stream."},
             "for_input": {"type": "boolean", "description": "Also return once it waits for stdin."}
         },
         "required": ["process_id"]
@@ -128,6 +151,7 @@ pub(super) fn wait_definition(ctx: &Context) -> Tool {
     tool(
         "wait",
         "Wait for a process",
+        // read's fields and wait_result: the output schema says so.
         "Block until it exits, a line matches until, or timeout_ms (then it runs on).".to_string(),
         input,
         output_schema::<WaitView, ProcessErrorView>(),
