@@ -7,6 +7,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Subcommand;
 use yieldshell_proto::client::{self, ClientError};
+use yieldshell_proto::errors::ErrorKind;
+use yieldshell_proto::instance_lock;
 use yieldshell_proto::pb;
 use yieldshell_proto::session_config::bytes_os;
 
@@ -145,6 +147,27 @@ async fn start(ctx: &Ctx) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
+/// What became of the daemon `shut_down` was to stop.
+enum ShutDown {
+    /// None answered on the socket.
+    NotRunning,
+    /// It was asked to exit, and has.
+    Exited(Stopped),
+    /// It went away while we asked (its socket closed, or it answered `shutting_down`):
+    /// another client's `stop` or `restart` had asked it first. It has exited too (when its
+    /// pid could be known; a client starting the next daemon waits for it in any case).
+    AlreadyExiting,
+}
+
+/// Whether a failed call means the daemon is going away under us: it stopped listening or
+/// dropped the connection mid-call, or said it is shutting down.
+fn going_away(e: &ClientError) -> bool {
+    matches!(
+        e,
+        ClientError::NotDelivered(_) | ClientError::ConnectionLost(_)
+    ) || e.kind() == ErrorKind::ShuttingDown
+}
+
 /// What a daemon that was asked to exit said, once it has exited.
 struct Stopped {
     pid: u32,
@@ -155,17 +178,32 @@ struct Stopped {
 }
 
 /// Asks the daemon to exit (leaving its processes to their holders with `keep`) and waits until
-/// it has. `None`: no daemon was running. Works whatever protocol the daemon speaks, so a
-/// `restart` can replace a daemon of another version.
-async fn shut_down(ctx: &Ctx, keep: bool) -> anyhow::Result<Option<Stopped>> {
+/// it has. Works whatever protocol the daemon speaks, so a `restart` can replace a daemon of
+/// another version. Two of these at once (two `restart`s) both succeed: the one that finds
+/// the daemon already going away says so ([`ShutDown::AlreadyExiting`]).
+async fn shut_down(ctx: &Ctx, keep: bool) -> anyhow::Result<ShutDown> {
     let mut client = match client::connect_any_version(&ctx.opts).await {
         Ok(c) => c,
-        Err(ClientError::NoDaemon { .. }) => return Ok(None),
+        Err(ClientError::NoDaemon { .. }) => return Ok(ShutDown::NotRunning),
         Err(e) => return Err(e.into()),
     };
     // The daemon's own state directory holds its instance lock (the client's may differ, e.g.
     // for a service started with --state-dir).
-    let status = client::unary(&ctx.opts, "Status", client.status(pb::StatusRequest {})).await?;
+    let status = match client::unary(&ctx.opts, "Status", client.status(pb::StatusRequest {})).await
+    {
+        Ok(status) => status,
+        Err(e) if going_away(&e) => {
+            // Its pid and state directory are unknown: the daemon the client's state
+            // directory names is the one going away.
+            if let Some(state_dir) = ctx.opts.effective_state_dir()
+                && let Some(pid) = instance_lock::recorded_pid(&state_dir)
+            {
+                wait_until_exited(ctx, &state_dir, pid).await?;
+            }
+            return Ok(ShutDown::AlreadyExiting);
+        }
+        Err(e) => return Err(e.into()),
+    };
     let pid = status.pid;
     if keep && !status.holders && status.running > 0 {
         anyhow::bail!(
@@ -185,9 +223,16 @@ async fn shut_down(ctx: &Ctx, keep: bool) -> anyhow::Result<Option<Stopped>> {
             keep_processes: keep,
         }),
     )
-    .await?;
+    .await;
     drop(client);
-    if !ctx.json {
+    let resp = match resp {
+        Ok(resp) => Some(resp),
+        Err(e) if going_away(&e) => None,
+        Err(e) => return Err(e.into()),
+    };
+    if !ctx.json
+        && let Some(resp) = &resp
+    {
         if keep {
             eprintln!(
                 "stopping yieldshelld (pid {pid}); {} running process(es) keep running…",
@@ -200,15 +245,29 @@ async fn shut_down(ctx: &Ctx, keep: bool) -> anyhow::Result<Option<Stopped>> {
             );
         }
     }
-    // The daemon closes its socket at once but runs its processes' grace before it exits and
-    // frees its instance lock; a daemon started meanwhile would find the lock taken. So done
-    // means exited: the lock is free (bounded: grace periods plus SIGKILL waits).
+    wait_until_exited(ctx, &state_dir, pid).await?;
+    let Some(resp) = resp else {
+        return Ok(ShutDown::AlreadyExiting);
+    };
+    Ok(ShutDown::Exited(Stopped {
+        pid,
+        version: status.daemon_version,
+        stopping: resp.stopping,
+        kept: resp.kept,
+    }))
+}
+
+/// Waits until the daemon `pid` using `state_dir` has exited. It closes its socket at once but
+/// runs its processes' grace before it exits and frees its instance lock; a daemon started
+/// meanwhile would find the lock taken. So done means exited: the lock is free, or names the
+/// next daemon (bounded: grace periods plus SIGKILL waits).
+async fn wait_until_exited(ctx: &Ctx, state_dir: &Path, pid: u32) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + STOP_TIMEOUT;
     loop {
-        let exited = client::daemon_has_exited(&ctx.opts.socket, &state_dir, pid)
+        let exited = client::daemon_has_exited(&ctx.opts.socket, state_dir, pid)
             .with_context(|| format!("checking whether yieldshelld (pid {pid}) has exited"))?;
         if exited == Some(true) {
-            break;
+            return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {
             anyhow::bail!(
@@ -220,18 +279,23 @@ async fn shut_down(ctx: &Ctx, keep: bool) -> anyhow::Result<Option<Stopped>> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Ok(Some(Stopped {
-        pid,
-        version: status.daemon_version,
-        stopping: resp.stopping,
-        kept: resp.kept,
-    }))
 }
 
 async fn stop(ctx: &Ctx, keep: bool) -> anyhow::Result<u8> {
-    let Some(stopped) = shut_down(ctx, keep).await? else {
-        eprintln!("yieldshelld is not running");
-        return Ok(exit::OK);
+    let stopped = match shut_down(ctx, keep).await? {
+        ShutDown::Exited(stopped) => stopped,
+        ShutDown::NotRunning => {
+            eprintln!("yieldshelld is not running");
+            return Ok(exit::OK);
+        }
+        ShutDown::AlreadyExiting => {
+            if ctx.json {
+                render::json(&serde_json::json!({"stopped": true, "pid": null}))?;
+            } else {
+                eprintln!("yieldshelld was already exiting (another client asked it to)");
+            }
+            return Ok(exit::OK);
+        }
     };
     if ctx.json {
         render::json(&serde_json::json!({
@@ -247,11 +311,18 @@ async fn stop(ctx: &Ctx, keep: bool) -> anyhow::Result<u8> {
 }
 
 async fn restart(ctx: &Ctx) -> anyhow::Result<u8> {
-    let stopped = shut_down(ctx, true).await?;
+    let shut = shut_down(ctx, true).await?;
     let mut opts = ctx.opts.clone();
-    // The point of a restart is a new daemon: it may always start one.
+    // The point of a restart is a new daemon: it may always start one. A daemon still on its
+    // way out (another client's restart) is waited for: the client library starts ours once
+    // it has let go of its state directory, or connects to the one that client started.
     opts.autostart = true;
     let conn = client::connect_or_start(&opts).await?;
+    let already_exiting = matches!(shut, ShutDown::AlreadyExiting);
+    let stopped = match shut {
+        ShutDown::Exited(stopped) => Some(stopped),
+        ShutDown::NotRunning | ShutDown::AlreadyExiting => None,
+    };
     let kept = stopped.as_ref().map_or(0, |s| s.kept);
     if ctx.json {
         render::json(&serde_json::json!({
@@ -267,8 +338,17 @@ async fn restart(ctx: &Ctx) -> anyhow::Result<u8> {
                 "restarted yieldshelld: {} (pid {}) → {} (pid {}); {kept} running process(es) kept",
                 s.version, s.pid, conn.hello.daemon_version, conn.hello.pid
             ),
-            None => eprintln!(
+            None if already_exiting => eprintln!(
+                "yieldshelld was already being replaced (another client's restart or stop); \
+                 {} (pid {}) now runs",
+                conn.hello.daemon_version, conn.hello.pid
+            ),
+            None if conn.started_daemon => eprintln!(
                 "yieldshelld was not running; started {} (pid {})",
+                conn.hello.daemon_version, conn.hello.pid
+            ),
+            None => eprintln!(
+                "yieldshelld {} (pid {}) runs, started by another client meanwhile",
                 conn.hello.daemon_version, conn.hello.pid
             ),
         }

@@ -104,7 +104,17 @@ fn main() -> std::process::ExitCode {
         Err(e) => {
             eprintln!("yieldshelld: {e:#}");
             tracing::error!("exiting: {e:#}");
-            std::process::ExitCode::FAILURE
+            let lock_held = e.chain().any(|cause| {
+                matches!(
+                    cause.downcast_ref(),
+                    Some(yieldshelld::lock::LockError::Held { .. })
+                )
+            });
+            if lock_held {
+                std::process::ExitCode::from(yieldshell_proto::instance_lock::EXIT_LOCK_HELD)
+            } else {
+                std::process::ExitCode::FAILURE
+            }
         }
     }
 }

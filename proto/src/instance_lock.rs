@@ -12,6 +12,11 @@ use std::path::{Path, PathBuf};
 /// File name of the instance lock inside the state directory.
 pub const LOCK_FILE_NAME: &str = "yieldshelld.lock";
 
+/// Exit status of a `yieldshelld` that found the instance lock held by another daemon
+/// (`EX_CANTCREAT`). A client that started it waits for that daemon to let go, since it is
+/// usually one on its way out, instead of failing at once.
+pub const EXIT_LOCK_HELD: u8 = 73;
+
 /// The instance lock of the daemon using `state_dir`.
 pub fn lock_path(state_dir: &Path) -> PathBuf {
     state_dir.join(LOCK_FILE_NAME)

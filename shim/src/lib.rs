@@ -19,6 +19,8 @@
 //! - [`server`]: answers the MCP protocol (rmcp) through the tool set.
 //! - [`stdio_transport`]: the newline-delimited JSON-RPC framing on stdio that rmcp serves over;
 //!   every request whose `id` can be read gets an answer, even one that does not decode.
+//! - [`request_ids`]: aliases for request ids a client reuses while rmcp may still answer under
+//!   them (a cancelled request's), so each request gets its own answer.
 
 pub mod args;
 pub mod context;
@@ -27,6 +29,7 @@ pub mod mcp_background_job;
 pub mod mcp_shell_server;
 pub mod profile;
 pub mod progress;
+pub mod request_ids;
 pub mod server;
 pub mod shell;
 pub mod stdio_transport;

@@ -26,6 +26,10 @@
 //! any byte is written, and bytes a cancelled write did not get out stay queued for the next
 //! writer — rmcp polls `receive` inside a `select!`, so any await here can be cancelled.
 //!
+//! Reused ids: a request whose `id` rmcp may still answer under (a cancelled request's, whose
+//! handler runs on) reaches rmcp under an alias, turned back in what goes out
+//! ([`RequestIds`]), so the new request gets its own answer.
+//!
 //! Tasks: rmcp 3.11 drops the `taskIds` of a `subscriptions/listen` request, so the transport
 //! shows each such line to [`TaskSubscriptions`] and lets it add the accepted ids to the
 //! acknowledgement rmcp writes (see [`crate::tasks::listen`]); and it models none of the
@@ -44,6 +48,7 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
 
+use crate::request_ids::RequestIds;
 use crate::tasks::TaskWire;
 use crate::tasks::legacy::LegacyWire;
 use crate::tasks::listen::TaskSubscriptions;
@@ -74,6 +79,8 @@ pub struct StdioTransport<R, W> {
     subscriptions: Option<TaskSubscriptions>,
     /// Where 2025-11-25 task requests are renamed for rmcp.
     legacy: Option<LegacyWire>,
+    /// Aliases of reused request ids.
+    ids: RequestIds,
 }
 
 /// The writing half: frames queued whole, then written out.
@@ -173,19 +180,26 @@ where
             flush_owed: false,
             subscriptions,
             legacy,
+            ids: RequestIds::default(),
         }
     }
 
     /// Shows a delivered `subscriptions/listen` line to the task subscriptions (a cheap byte
-    /// search first: only those lines are parsed a second time).
-    fn note_listen(&self, line: &[u8]) {
+    /// search first: only those lines are parsed a second time), under the `alias` rmcp got
+    /// its id as, if any.
+    fn note_listen(&self, line: &[u8], alias: Option<RequestId>) {
         const METHOD: &[u8] = b"subscriptions/listen";
         let Some(subscriptions) = &self.subscriptions else {
             return;
         };
         if line.windows(METHOD.len()).any(|w| w == METHOD)
-            && let Ok(value) = serde_json::from_slice::<Value>(line)
+            && let Ok(mut value) = serde_json::from_slice::<Value>(line)
         {
+            if let (Some(alias), Some(object)) = (alias, value.as_object_mut())
+                && let Ok(alias) = serde_json::to_value(alias)
+            {
+                object.insert("id".into(), alias);
+            }
             subscriptions.note_request(&value);
         }
     }
@@ -262,6 +276,9 @@ where
         &mut self,
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        // Synchronously, in the order rmcp sends: an answer frees its id before a request
+        // that reuses it is read.
+        let item = self.ids.outgoing(item);
         let outbox = self.outbox.clone();
         async move {
             let mut outbox = outbox.lock().await;
@@ -287,9 +304,11 @@ where
                         .legacy
                         .as_ref()
                         .and_then(|legacy| legacy.rewrite_line(trim_line(&self.line)));
-                    let verdict = judge_line(renamed.as_deref().unwrap_or(trim_line(&self.line)));
-                    if matches!(verdict, Verdict::Deliver(_)) {
-                        self.note_listen(trim_line(&self.line));
+                    let mut verdict =
+                        judge_line(renamed.as_deref().unwrap_or(trim_line(&self.line)));
+                    if let Verdict::Deliver(message) = &mut verdict {
+                        let alias = self.ids.incoming(message);
+                        self.note_listen(trim_line(&self.line), alias);
                     }
                     verdict
                 }

@@ -113,6 +113,55 @@ async fn allow_commands_checks_every_simple_command_with_a_real_parser() {
     }
 }
 
+/// Issue 29, item 1: `/bin/sh` (dash) reads a `'` in the word of `"${x:-…}"` and its
+/// siblings, or of `${…}` in an unquoted here-document, as a plain character, and joins
+/// `$\⏎(` in a here-document into `$(`; a bash reading took the `'` for a quote and missed
+/// the `touch`. Each line is first run by `/bin/sh` itself, so it is known to run `touch`
+/// there; through the daemon it is refused and `touch` never runs.
+#[tokio::test]
+async fn allow_commands_sees_what_sh_runs_behind_quotes_it_reads_differently() {
+    let d = TestDaemon::start().await;
+    let c = d.session_with(&[("YIELDSHELL_ALLOW_COMMANDS", "echo,cat")]);
+    let marker = d.dir.path().join("touched");
+    let m = marker.display();
+    let mut lines: Vec<String> = ["-", ":-", "+", ":+", "=", ":=", "?", ":?"]
+        .iter()
+        .map(|op| format!("u=1; echo \"${{u{op}'}}\"; touch {m}; #'}}\""))
+        .collect();
+    lines.extend([
+        format!("echo \"${{u:-'$(touch {m})'}}\""),
+        format!("echo \"${{u:-'`touch {m}`'}}\""),
+        format!("(echo \"${{u/'}}\"); touch {m}; #'/x}}\")"),
+        format!("echo ${{u:-\"${{v:-'$(touch {m})'}}\"}}"),
+        format!("cat <<EOF\n${{u:-'$(touch {m})'}}\nEOF"),
+        format!("cat <<EOF\n$\\\n(touch {m})\nEOF"),
+    ]);
+    for line in &lines {
+        let sh = std::process::Command::new("/bin/sh")
+            .args(["-c", line])
+            .output()
+            .expect("/bin/sh");
+        assert!(
+            marker.exists(),
+            "/bin/sh did not run touch for {line:?}: {sh:?}"
+        );
+        std::fs::remove_file(&marker).expect("remove");
+        let (kind, msg) = refused(&c, exec_req(line)).await;
+        assert_eq!(kind, "command_denied", "{line:?}: {msg}");
+        assert!(
+            !marker.exists(),
+            "touch ran through the daemon for {line:?}"
+        );
+    }
+    // What both shells read alike still runs.
+    let ok = c
+        .exec("echo \"${u:-$(echo nested)}\" ${u:-'a b'} \"${u#'x'}\" \"${u:-\"'\"}\"")
+        .await;
+    assert_eq!(ok.status, pb::ExecStatus::Completed as i32, "{ok:?}");
+    let out = ok.output.expect("output");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "nested a b  '\n");
+}
+
 #[tokio::test]
 async fn allowed_cwds_use_component_containment_after_resolving_symlinks() {
     let d = TestDaemon::start().await;

@@ -597,38 +597,7 @@ async fn start_daemon(
     };
     let bin = find_daemon_binary(opts.daemon_bin.as_deref()).map_err(|e| fail(e.to_string()))?;
     let start_log_path = socket_dir.join("yieldshelld.start.log");
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    // Never truncate through a symlink planted in the socket directory (RELIABILITY S3).
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::custom_flags(
-        &mut options,
-        nix::fcntl::OFlag::O_NOFOLLOW.bits(),
-    );
-    let start_log = options
-        .open(&start_log_path)
-        .map_err(|e| fail(format!("creating {}: {e}", start_log_path.display())))?;
-    let mut cmd = std::process::Command::new(&bin);
-    cmd.arg("--socket").arg(&opts.socket);
-    if let Some(state) = &opts.state_dir {
-        cmd.arg("--state-dir").arg(state);
-    }
-    cmd.env_clear();
-    for (k, v) in std::env::vars_os() {
-        if k.to_str().is_some_and(inherited_by_daemon) {
-            cmd.env(k, v);
-        }
-    }
-    cmd.stdin(std::process::Stdio::null());
-    let out = start_log
-        .try_clone()
-        .map_err(|e| fail(format!("duplicating start log: {e}")))?;
-    cmd.stdout(out).stderr(start_log);
-    detach(&mut cmd);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| fail(format!("running {}: {e}", bin.display())))?;
-
+    let mut child = spawn_daemon(opts, &bin, &start_log_path).map_err(fail)?;
     let mut delay = Duration::from_millis(2);
     loop {
         match try_connect(opts).await {
@@ -645,7 +614,7 @@ async fn start_daemon(
             Probe::NoAnswer(reason) => {
                 if let Ok(Some(status)) = child.try_wait() {
                     let log = std::fs::read_to_string(&start_log_path).unwrap_or_default();
-                    return Err(fail(format!(
+                    let exited = format!(
                         "{} exited ({status}){}",
                         bin.display(),
                         if log.trim().is_empty() {
@@ -653,7 +622,29 @@ async fn start_daemon(
                         } else {
                             format!(": {}", log.trim())
                         }
-                    )));
+                    );
+                    if status.code() != Some(i32::from(instance_lock::EXIT_LOCK_HELD)) {
+                        return Err(fail(exited));
+                    }
+                    // Another daemon holds the state directory: typically the one before
+                    // ours, still exiting (a `daemon restart` or `stop` has closed its socket,
+                    // and it runs its grace before it lets go). Wait for it, then start ours
+                    // again.
+                    match wait_for_exiting_daemon(opts, deadline).await {
+                        Exiting::Gone => {
+                            child = spawn_daemon(opts, &bin, &start_log_path).map_err(fail)?;
+                            continue;
+                        }
+                        Exiting::Answers(c) => return Ok(c),
+                        Exiting::StillHeld(pid) => {
+                            return Err(fail(format!(
+                                "{exited}; yieldshelld{} still held the state directory after \
+                                 {:?}",
+                                pid.map(|p| format!(" (pid {p})")).unwrap_or_default(),
+                                opts.start_timeout
+                            )));
+                        }
+                    }
                 }
                 if Instant::now() >= deadline {
                     return Err(fail(format!(
@@ -667,6 +658,75 @@ async fn start_daemon(
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// Runs `yieldshelld` for `opts`, detached, its output to the start log (truncated).
+fn spawn_daemon(
+    opts: &ConnectOptions,
+    bin: &Path,
+    start_log_path: &Path,
+) -> Result<std::process::Child, String> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    // Never truncate through a symlink planted in the socket directory (RELIABILITY S3).
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(
+        &mut options,
+        nix::fcntl::OFlag::O_NOFOLLOW.bits(),
+    );
+    let start_log = options
+        .open(start_log_path)
+        .map_err(|e| format!("creating {}: {e}", start_log_path.display()))?;
+    let mut cmd = std::process::Command::new(bin);
+    cmd.arg("--socket").arg(&opts.socket);
+    if let Some(state) = &opts.state_dir {
+        cmd.arg("--state-dir").arg(state);
+    }
+    cmd.env_clear();
+    for (k, v) in std::env::vars_os() {
+        if k.to_str().is_some_and(inherited_by_daemon) {
+            cmd.env(k, v);
+        }
+    }
+    cmd.stdin(std::process::Stdio::null());
+    let out = start_log
+        .try_clone()
+        .map_err(|e| format!("duplicating start log: {e}"))?;
+    cmd.stdout(out).stderr(start_log);
+    detach(&mut cmd);
+    cmd.spawn()
+        .map_err(|e| format!("running {}: {e}", bin.display()))
+}
+
+/// What became of the daemon holding the state directory when ours could not start.
+enum Exiting {
+    /// No daemon holds it (any more): start ours again.
+    Gone,
+    /// A daemon answers on the socket after all.
+    Answers(Connection),
+    /// It still held the state directory at the deadline (the pid its lock names).
+    StillHeld(Option<u32>),
+}
+
+/// After a daemon we started found the instance lock held: waits, until `deadline`, for the
+/// daemon holding it to let go (or to answer on our socket). The caller holds the start lock,
+/// so the lock probes here race no other client's start.
+async fn wait_for_exiting_daemon(opts: &ConnectOptions, deadline: Instant) -> Exiting {
+    let Some(state_dir) = opts.effective_state_dir() else {
+        return Exiting::StillHeld(None);
+    };
+    loop {
+        if let Probe::Connected(c) = try_connect(opts).await {
+            return Exiting::Answers(c);
+        }
+        if !instance_lock::is_held(&state_dir).unwrap_or(true) {
+            return Exiting::Gone;
+        }
+        if Instant::now() >= deadline {
+            return Exiting::StillHeld(instance_lock::recorded_pid(&state_dir));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -276,6 +276,21 @@ fn heredoc_line_continues(line: &str) -> bool {
     false
 }
 
+/// How `/bin/sh` (dash) reads the text being walked, where that differs from
+/// brush's bash reading.
+///
+/// Inside double quotes, an unquoted here-document body, and the words of `${x:-…}`
+/// and its siblings within them, dash treats `'` as a plain character; bash (and so
+/// brush) still takes it for a quote inside `${…}`. A `$(…)` or backquoted command
+/// starts over unquoted in both shells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quoting {
+    /// Unquoted text: `'` quotes in both shells.
+    Plain,
+    /// Double-quoted text (or a here-document body): `'` is plain to dash.
+    Double,
+}
+
 /// Collects program names while walking the AST of one line and its substitutions.
 struct Walker {
     /// Parser options shared by the program parser and the word parser.
@@ -576,9 +591,12 @@ impl Walker {
         if !words.eq(expansions.iter().map(|e| Some(*e))) {
             return Err(syntax("here-document expansions could not be isolated"));
         }
-        expansions
-            .into_iter()
-            .try_for_each(|e| self.word(&ast::Word::new(e)))
+        // dash reads a body as if it were inside double quotes (see [`Quoting`]).
+        expansions.into_iter().try_for_each(|e| {
+            let pieces = word::parse(e, &self.options).map_err(syntax)?;
+            check_tokenized(e, &pieces)?;
+            self.pieces(&pieces, Quoting::Double)
+        })
     }
 
     /// Finds every command substitution inside a word from the tokenizer.
@@ -589,19 +607,35 @@ impl Walker {
         }
         let pieces = word::parse(&w.value, &self.options).map_err(syntax)?;
         check_tokenized(&w.value, &pieces)?;
-        self.pieces(&pieces)
+        self.pieces(&pieces, Quoting::Plain)
     }
 
     /// Like [`Walker::word`], for word text that brush keeps as a plain string
     /// (parameter-expansion defaults, patterns and replacements), where blanks are
-    /// legitimately unquoted.
-    fn word_text(&mut self, text: &str) -> Step {
+    /// legitimately unquoted. `quoting` is how dash reads that text.
+    ///
+    /// brush reads a `'` there as a quote even inside double quotes (bash's own
+    /// reading), while dash reads it as a plain character: in `"${u:-'}"; rm x; #'}"`
+    /// dash ends the expansion at the first `}` and runs `rm`, and in
+    /// `"${u:-'$(rm x)'}"` it runs the substitution brush took for quoted text. So a
+    /// single-quoted piece in text dash reads as double-quoted is refused.
+    fn word_text(&mut self, text: &str, quoting: Quoting) -> Step {
         let pieces = word::parse(text, &self.options).map_err(syntax)?;
-        self.pieces(&pieces)
+        let single_quoted =
+            |p: &word::WordPieceWithSource| matches!(p.piece, WordPiece::SingleQuotedText(_));
+        if quoting == Quoting::Double && pieces.iter().any(single_quoted) {
+            return Err(syntax(
+                "a `'` in `${…}` inside double quotes or a here-document is a plain \
+                 character to /bin/sh (dash) but a quote to bash, so what runs cannot be \
+                 told; drop the `'` or leave the `${…}` outside double quotes",
+            ));
+        }
+        self.pieces(&pieces, quoting)
     }
 
     /// Walks parsed word pieces, recursing into quotes, expansions and substitutions.
-    fn pieces(&mut self, pieces: &[word::WordPieceWithSource]) -> Step {
+    /// `quoting` is how dash reads the text these pieces came from.
+    fn pieces(&mut self, pieces: &[word::WordPieceWithSource], quoting: Quoting) -> Step {
         for piece in pieces {
             match &piece.piece {
                 // `$'\' ; rm x⏎'`: dash sees `$`, a quoted `\`, then runs `rm x`.
@@ -613,8 +647,10 @@ impl Walker {
                 | WordPiece::EscapeSequence(_)
                 | WordPiece::TildeExpansion(_) => {}
                 WordPiece::DoubleQuotedSequence(inner)
-                | WordPiece::GettextDoubleQuotedSequence(inner) => self.pieces(inner)?,
-                WordPiece::ParameterExpansion(expr) => self.parameter(expr)?,
+                | WordPiece::GettextDoubleQuotedSequence(inner) => {
+                    self.pieces(inner, Quoting::Double)?;
+                }
+                WordPiece::ParameterExpansion(expr) => self.parameter(expr, quoting)?,
                 WordPiece::CommandSubstitution(body) => self.source(body)?,
                 // bash unescapes `\$`, `\\` and `` \` `` inside backquotes before
                 // parsing, brush only `` \` ``: `` `echo \$(rm x)` `` runs `rm`.
@@ -629,8 +665,9 @@ impl Walker {
     }
 
     /// Inspects `${…}`: refuses forms that evaluate values as code and walks the
-    /// word operands (defaults, patterns, replacements) for substitutions.
-    fn parameter(&mut self, expr: &ParameterExpr) -> Step {
+    /// word operands (defaults, patterns, replacements) for substitutions. `quoting`
+    /// is how dash reads the text around the `${…}`.
+    fn parameter(&mut self, expr: &ParameterExpr, quoting: Quoting) -> Step {
         use ParameterExpr as P;
         // Kept one variant per line; rustfmt would spread each pattern over five.
         #[rustfmt::skip]
@@ -690,7 +727,20 @@ impl Walker {
             }
             _ => Vec::new(),
         };
-        words.into_iter().try_for_each(|w| self.word_text(w))
+        // dash reads the patterns of `#`, `##`, `%` and `%%` unquoted wherever the
+        // `${…}` is, and every other word (`-`, `=`, `?`, `+`, and bash's `/`, `^`,
+        // `,`, which dash rejects only when they are expanded) as the text around it.
+        #[rustfmt::skip]
+        let quoting = match expr {
+            P::RemoveSmallestSuffixPattern { .. }
+            | P::RemoveLargestSuffixPattern { .. }
+            | P::RemoveSmallestPrefixPattern { .. }
+            | P::RemoveLargestPrefixPattern { .. } => Quoting::Plain,
+            _ => quoting,
+        };
+        words
+            .into_iter()
+            .try_for_each(|w| self.word_text(w, quoting))
     }
 }
 
@@ -706,6 +756,9 @@ fn heredoc_expansions(body: &str) -> Result<Vec<&str>, CommandParseError> {
     let mut i = 0;
     while let Some(&c) = bytes.get(i) {
         match (c, bytes.get(i + 1)) {
+            (b'$', _) if dollar_before_continuation(bytes, i) => {
+                return Err(continued_dollar());
+            }
             (b'\\', _) => i += 2,
             (b'`', _) | (b'$', Some(b'(' | b'{' | b'[')) => {
                 let end = expansion_end(body, i)?;
@@ -716,6 +769,19 @@ fn heredoc_expansions(body: &str) -> Result<Vec<&str>, CommandParseError> {
         }
     }
     Ok(found)
+}
+
+/// Whether the `$` at `at` is followed by a line continuation. dash removes `\⏎`
+/// before it looks at the next character even in a here-document, so `$\⏎(rm x)`
+/// there is `$(rm x)`; the scans here (and brush) would read `$`, an escaped newline
+/// and text.
+fn dollar_before_continuation(bytes: &[u8], at: usize) -> bool {
+    bytes.get(at + 1..at + 3) == Some(b"\\\n")
+}
+
+/// The refusal of [`dollar_before_continuation`].
+fn continued_dollar() -> CommandParseError {
+    syntax("a line continuation right after `$` in a here-document; join the lines")
 }
 
 /// End (exclusive) of the expansion starting at `start`, following quotes,
@@ -736,6 +802,7 @@ fn expansion_end(body: &str, start: usize) -> Result<usize, CommandParseError> {
             b'\\' => i += 1,
             b'`' if top == Some(b'`') => drop(stack.pop()),
             _ if top == Some(b'`') => {}
+            b'$' if dollar_before_continuation(bytes, i) => return Err(continued_dollar()),
             b'$' if matches!(next, Some(b'(' | b'{' | b'[')) => {
                 stack.push(match next {
                     Some(b'(') => b')',
@@ -955,3 +1022,7 @@ mod tests;
 /// parser thread); a longer run is `PROPTEST_CASES=20000 cargo test -p yieldshelld prop_`.
 #[cfg(test)]
 mod properties;
+
+/// Differential tests: what the real `/bin/sh` runs for a line against what was reported.
+#[cfg(all(test, unix))]
+mod against_sh;

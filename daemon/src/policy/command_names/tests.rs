@@ -270,6 +270,57 @@ fn bash_only_syntax_is_refused() {
 }
 
 #[test]
+fn single_quotes_in_double_quoted_parameter_words_are_refused() {
+    // Inside double quotes dash reads a `'` in these words as a plain character (bash as a
+    // quote): each line runs `rm` under /bin/sh, unseen by a bash reading.
+    for op in ["-", ":-", "+", ":+", "=", ":=", "?", ":?"] {
+        refused_syntax(&format!("u=1; echo \"${{u{op}'}}\"; rm x; #'}}\""));
+        refused_syntax(&format!("echo \"${{u{op}'$(rm x)'}}\""));
+    }
+    for line in [
+        "echo \"${u:-'`rm x`'}\"",
+        "echo \"${u-\\\n'$(rm x)'}\"",
+        // bash's own forms, which dash rejects only once they are expanded.
+        "(echo \"${u/'}\"); rm x; #'/x}\")",
+        "(echo \"${u/x/'}\"); rm x; #'}\")",
+        "(echo \"${u^'}\"); rm x; #'}\")",
+        "(echo \"${u,,'}\"); rm x; #'}\")",
+        // Nested: a `${…}` in such a word, or in double quotes inside an unquoted one.
+        "echo \"${u:-${v:-'$(rm x)'}}\"",
+        "echo \"${u:-\"${v:-'$(rm x)'}\"}\"",
+        "echo ${u:-\"${v:-'$(rm x)'}\"}",
+        "echo $\"${u:-'$(rm x)'}\"",
+        // An unquoted here-document body reads like double quotes.
+        "cat <<EOF\n${u:-'$(rm x)'}\nEOF",
+        "cat <<EOF\n${u:-'}$(rm x)'}\nEOF",
+        "cat <<EOF\n\"${u+'}$(rm x)'}\"\nEOF",
+    ] {
+        refused_syntax(line);
+    }
+    // Where both shells take `'` for a quote, or never see one, the words are still read.
+    check("echo ${u:-'$(rm x)'} ${u:+'a b'}", &["echo"]);
+    check("echo \"${u#'$(rm x)'}\" \"${u%%'}'}\"", &["echo"]);
+    check("echo \"${u#${v:-'$(rm x)'}}\"", &["echo"]);
+    check(
+        "echo \"${u:-\"'\"}\" \"${u:-$(printf '%s' x)}\" \"${u:-it\\'s}\"",
+        &["echo", "printf"],
+    );
+    check(
+        "cat <<EOF\n${u#'$(rm x)'} it's \"$HOME\" ${u:-\"$(ls)\"}\nEOF",
+        &["cat", "ls"],
+    );
+}
+
+#[test]
+fn here_document_dollar_before_a_line_continuation_is_refused() {
+    // dash joins `$\⏎(` into `$(` inside a here-document and runs `rm`.
+    refused_syntax("cat <<EOF\n$\\\n(rm x)\nEOF");
+    refused_syntax("cat <<EOF\n$\\\n{u:-$(rm x)}\nEOF");
+    refused_syntax("cat <<EOF\n$(echo $\\\n(rm x))\nEOF");
+    check("cat <<EOF\nline \\\ncontinued $HOME \\$\nEOF", &["cat"]);
+}
+
+#[test]
 fn backslashes_inside_backquotes_are_refused() {
     // bash runs `rm` here because it unescapes `\$` inside backquotes.
     refused_dynamic("echo `echo \\$(rm x)`");
@@ -593,3 +644,358 @@ fn assigning_builtins_check_the_names_they_set() {
         &["declare", "env"],
     );
 }
+
+// PROBE-BEGIN (scratch, not committed)
+#[test]
+#[ignore]
+fn zz_probe() {
+    let file = std::env::var("PROBE_FILE").expect("PROBE_FILE");
+    for line in std::fs::read_to_string(file).expect("read").lines() {
+        let line = line.replace("\\n", "\n");
+        println!("{line:?} => {:?}", program_names(&line));
+    }
+}
+
+#[test]
+#[ignore]
+fn zz_fuzz_dash() {
+    use std::process::{Command, Stdio};
+    let lab = std::env::var("LAB").expect("LAB");
+    let n: usize = std::env::var("N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let seed: u64 = std::env::var("SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x9E37_79B9_7F4A_7C15);
+    const P: &[&str] = &[
+        "\"", "\"", "'", "'", "${u:-", "${u-", "${u+", "${v:+", "${u=", "${u?", "${u#", "${u%%",
+        "${v}", "}", "}", "$(", ")", "`", "\\", "; a", "; b ", " c", "#", "\n", "<<E\n", "\nE\n",
+        "<<'E'\n", "<<-E\n", "$((", "))", " ", "x", "\\\n", "$\"", "{", "|", "&&", "d", "$'",
+        "${#u}", "$", "\t", "e;", "(", "f)",
+    ];
+    let mut state = seed;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let log = format!("{lab}/log");
+    let (mut accepted, mut bad) = (0, 0);
+    for _ in 0..n {
+        let mut line = String::new();
+        let prefix = ["echo \"", "echo ", "cat <<E\n", "echo \"${u:-", ""][(next() % 5) as usize];
+        line.push_str(prefix);
+        for _ in 0..(next() % 12 + 1) {
+            line.push_str(P[(next() % P.len() as u64) as usize]);
+        }
+        let Ok(names) = program_names(&line) else {
+            continue;
+        };
+        accepted += 1;
+        let log = format!("{log}.d{seed}.{accepted}");
+        let _ = Command::new("/usr/bin/timeout")
+            .args(["1", "/bin/sh", "-c", &line])
+            .env_clear()
+            .env("PATH", format!("{lab}/bin"))
+            .env("LOG", &log)
+            .current_dir(format!("{lab}/cwd"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let ran = std::fs::read_to_string(&log).unwrap_or_default();
+        let _ = std::fs::remove_file(&log);
+        for r in ran.lines() {
+            if !names.iter().any(|n| n == r) {
+                bad += 1;
+                println!("BYPASS {line:?} brush={names:?} dash ran {r}");
+                break;
+            }
+        }
+    }
+    println!("accepted {accepted} bad {bad}");
+}
+
+struct Gen(u64);
+impl Gen {
+    fn next(&mut self) -> u64 {
+        let mut s = self.0;
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        self.0 = s;
+        s
+    }
+    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
+        xs[(self.next() % xs.len() as u64) as usize]
+    }
+    fn chance(&mut self, n: u64) -> bool {
+        self.next() % n == 0
+    }
+    fn atom(&mut self) -> String {
+        self.pick(&[
+            "x", " ", "'", "\"", "}", "{", ")", "(", "; a; #", "; b", "\\", "\\'", "\\\"", "\\}",
+            "\\$", "#", "\n", "\\\n", "$", "`", "|", "&", "<", ">", "*", "E", "\t", ";", "=", "-",
+            ":",
+        ])
+        .to_string()
+    }
+    fn param(&mut self, d: u32) -> String {
+        let op = self.pick(&[
+            ":-", "-", "+", ":+", "=", ":=", "?", ":?", "#", "##", "%", "%%", "", "/", ":",
+        ]);
+        let var = self.pick(&["u", "v", "#", "@", "*", "1"]);
+        let mut s = format!("${{{var}{op}");
+        for _ in 0..self.next() % 5 {
+            s.push_str(&self.piece(d + 1));
+        }
+        s.push('}');
+        s
+    }
+    fn piece(&mut self, d: u32) -> String {
+        if d > 5 {
+            return self.atom();
+        }
+        match self.next() % 16 {
+            0 | 1 | 2 => self.param(d),
+            3 => {
+                let c = self.cmd(d + 1);
+                format!("$({c})")
+            }
+            4 => {
+                let c = self.cmd(d + 1);
+                format!("`{c}`")
+            }
+            5 | 6 => {
+                let mut s = String::from("\"");
+                for _ in 0..self.next() % 5 {
+                    s.push_str(&self.piece(d + 1));
+                }
+                s.push('"');
+                s
+            }
+            7 => {
+                let mut s = String::from("'");
+                for _ in 0..self.next() % 4 {
+                    s.push_str(&self.piece(d + 1));
+                }
+                s.push('\'');
+                s
+            }
+            8 => format!("$(({}))", self.pick(&["1", "1+2", "u", "$u", "(1)", "')'"])),
+            9 => {
+                let mut s = String::from("$\"");
+                for _ in 0..self.next() % 3 {
+                    s.push_str(&self.piece(d + 1));
+                }
+                s.push('"');
+                s
+            }
+            10 | 11 => self
+                .pick(&[
+                    "'", "'", "}", "\"", "; a; #", "$(a)", "`b`", "\\\n", "\\", "$\\\n", "#", " #",
+                    ";#", "\n", "<<E", "$((", "((", "))",
+                ])
+                .to_string(),
+            _ => self.atom(),
+        }
+    }
+    fn word(&mut self, d: u32) -> String {
+        let mut s = String::new();
+        for _ in 0..self.next() % 4 + 1 {
+            s.push_str(&self.piece(d));
+        }
+        s
+    }
+    fn cmd(&mut self, d: u32) -> String {
+        let name = self.pick(&["a", "b", "echo", "cat", "c", ":"]);
+        let mut s = name.to_string();
+        for _ in 0..self.next() % 3 {
+            s.push(' ');
+            s.push_str(&self.word(d));
+        }
+        if self.chance(3) {
+            s.push_str(self.pick(&[" <<E\n", " <<-E\n", " <<\"E\"\n", " <<E; a\n"]));
+            for _ in 0..self.next() % 5 {
+                s.push_str(&self.piece(d));
+            }
+            s.push_str("\nE\n");
+        }
+        if self.chance(4) {
+            s.push_str(self.pick(&["; d", " && e", " | f", "\nd"]));
+        }
+        s
+    }
+}
+
+#[test]
+#[ignore]
+fn zz_fuzz_dash2() {
+    use std::process::{Command, Stdio};
+    let lab = std::env::var("LAB").expect("LAB");
+    let n: usize = std::env::var("N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let seed: u64 = std::env::var("SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x9E37_79B9_7F4A_7C15);
+    let mut g = Gen(seed);
+    let log = format!("{lab}/log");
+    let (mut accepted, mut bad) = (0, 0);
+    for _ in 0..n {
+        let line = g.cmd(0);
+        let Ok(names) = program_names(&line) else {
+            continue;
+        };
+        accepted += 1;
+        if std::env::var("SHOW").is_ok() {
+            println!("LINE {line:?} {names:?}");
+        }
+        let log = format!("{log}.d{seed}.{accepted}");
+        let _ = Command::new("/usr/bin/timeout")
+            .args(["1", "/bin/sh", "-c", &line])
+            .env_clear()
+            .env("PATH", format!("{lab}/bin"))
+            .env("LOG", &log)
+            .current_dir(format!("{lab}/cwd"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let ran = std::fs::read_to_string(&log).unwrap_or_default();
+        let _ = std::fs::remove_file(&log);
+        for r in ran.lines() {
+            if !names.iter().any(|n| n == r) {
+                bad += 1;
+                println!("BYPASS {line:?} brush={names:?} dash ran {r}");
+                break;
+            }
+        }
+    }
+    println!("accepted {accepted} bad {bad}");
+}
+
+#[test]
+#[ignore]
+fn zz_fuzz_mutate() {
+    use std::process::{Command, Stdio};
+    let lab = std::env::var("LAB").expect("LAB");
+    let n: usize = std::env::var("N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let seed: u64 = std::env::var("SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x9E37_79B9_7F4A_7C15);
+    let mut g = Gen(seed);
+    const T: &[&str] = &[
+        "echo \"${u:-x}\"; b",
+        "echo \"${u#x}\" c",
+        "echo \"${u:-\"x\"}\"",
+        "echo ${u:-\"${v:-x}\"}",
+        "cat <<E\n${u:-x} $(b) `c`\nE\nd",
+        "cat <<E\nx ${u#y} \"z\" 'w'\nE",
+        "echo \"$(b \"x\" 'y')\" `c`",
+        "echo $(b # x\n)",
+        "case x in x) b;; esac",
+        "echo \"${u:+$(b)}\" '${v}' \"$((1+2))\"",
+        "f() { b; }; f",
+        "echo x \\\n y; b",
+        "cat <<-E\n\t${u}\n\tE\nb",
+        "b <<E; c\n$u\nE\n",
+        "echo \"${u%%\"x\"}\" ${v##'y'}",
+    ];
+    const INS: &[&str] = &[
+        "'",
+        "\"",
+        "}",
+        "{",
+        "${u:-",
+        "${u#",
+        "${u=",
+        "$(",
+        ")",
+        "`",
+        "\\",
+        "\\\n",
+        "\n",
+        "#",
+        " #",
+        ";",
+        "; a; #",
+        "$(a)",
+        "`a`",
+        "$",
+        "$\\\n",
+        "<<E\n",
+        "\nE\n",
+        "$((",
+        "))",
+        "(",
+        " ",
+        "a",
+        "\t",
+        "$\"",
+        "&",
+        "|",
+        "E",
+        "'$(a)'",
+        "'}'",
+        "'\"'",
+        "'; a; #'",
+        "\"}\"",
+        "\"'\"",
+        "'#'",
+        "\"$(a)\"",
+        "'`a`'",
+        "\"; a; #\"",
+        "'\\'",
+        "'\n'",
+    ];
+    let log = format!("{lab}/log");
+    let (mut accepted, mut bad) = (0, 0);
+    for _ in 0..n {
+        let mut line: Vec<char> = g.pick(T).chars().collect();
+        for _ in 0..g.next() % 4 + 1 {
+            let at = (g.next() % (line.len() as u64 + 1)) as usize;
+            let ins: Vec<char> = g.pick(INS).chars().collect();
+            if g.chance(4) && at < line.len() {
+                line.remove(at);
+            }
+            line.splice(at..at, ins);
+        }
+        let line: String = line.into_iter().collect();
+        let Ok(names) = program_names(&line) else {
+            continue;
+        };
+        accepted += 1;
+        let log = format!("{log}.m{seed}.{accepted}");
+        let _ = Command::new("/usr/bin/timeout")
+            .args(["1", "/bin/sh", "-c", &line])
+            .env_clear()
+            .env("PATH", format!("{lab}/bin"))
+            .env("LOG", &log)
+            .current_dir(format!("{lab}/cwd"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let ran = std::fs::read_to_string(&log).unwrap_or_default();
+        let _ = std::fs::remove_file(&log);
+        for r in ran.lines() {
+            if !names.iter().any(|n| n == r) {
+                bad += 1;
+                println!("BYPASS {line:?} brush={names:?} dash ran {r}");
+                break;
+            }
+        }
+    }
+    println!("accepted {accepted} bad {bad}");
+}
+// PROBE-END
