@@ -733,7 +733,7 @@ impl Gen {
         xs[(self.next() % xs.len() as u64) as usize]
     }
     fn chance(&mut self, n: u64) -> bool {
-        self.next() % n == 0
+        self.next().is_multiple_of(n)
     }
     fn atom(&mut self) -> String {
         self.pick(&[
@@ -760,7 +760,7 @@ impl Gen {
             return self.atom();
         }
         match self.next() % 16 {
-            0 | 1 | 2 => self.param(d),
+            0..=2 => self.param(d),
             3 => {
                 let c = self.cmd(d + 1);
                 format!("$({c})")
