@@ -6,8 +6,11 @@ use std::time::Duration;
 use yieldshell_proto::client::Session;
 use yieldshell_proto::pb;
 
-/// How long `initialize` spends looking for this project's running processes.
-pub const LOOKUP_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long `initialize` spends looking for this project's running processes. Paid only when a
+/// daemon runs but answers slowly (none running is known at once); half a second was too short
+/// for a daemon busy on a loaded 2-core machine, and an agent resumed without its process list
+/// starts a second dev server.
+pub const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Most running processes the instructions list.
 const LISTED: u32 = 20;
