@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use yieldshell_proto::pb;
 use yieldshell_tests::is_flood_at;
 
-use crate::helper::{Client, TIMEOUT, TestDaemon, eventually, exec_req, run, testbin};
+use crate::helper::{TIMEOUT, TestDaemon, eventually, exec_req, run, testbin};
 use crate::mcp::{Mcp, body};
 
 /// `seq 1 N`'s output.
@@ -273,7 +273,7 @@ async fn a_terminal_processs_spooled_pages_are_escape_free_unless_raw() {
     assert!(p.tty);
     let id = p.process_id;
     let read = |raw: bool| {
-        let c: &Client = &c;
+        let c: &crate::helper::Client = &c;
         let id = id.clone();
         async move {
             c.read(pb::ReadRequest {
