@@ -78,8 +78,8 @@ pub fn read_stat(pid: i32) -> Option<ProcStat> {
     read_stat_darwin(pid)
 }
 
-/// Without a process table, no stat is available.
-#[cfg(all(unix, not(any(target_os = "linux", target_os = "macos"))))]
+/// Without a process table read here (Windows, other Unixes), no stat is available.
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
 pub fn read_stat(_pid: i32) -> Option<ProcStat> {
     None
 }
@@ -98,6 +98,13 @@ pub fn identify(pid: i32) -> Option<Identity> {
             .ok()
             .map(|()| Identity { pid, start_time: 0 })
     }
+}
+
+/// Windows records no start time, so a pid alone is never verified (as
+/// `process/tree_windows.rs` says): nothing is known.
+#[cfg(not(unix))]
+pub fn identify(_pid: i32) -> Option<Identity> {
+    None
 }
 
 /// The identity of our own child `pid`, which may have exited already (a zombie until we reap
