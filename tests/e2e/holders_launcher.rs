@@ -129,9 +129,16 @@ async fn a_launched_shell_keeps_only_its_stdio_leads_its_session_and_has_default
         .await;
     let p = r.process.expect("process");
     let pid = p.pid.expect("pid") as i32;
-    let fds = eventually("the shell to exec sleep", || async {
+    let fds = eventually("the shell to exec sleep and sleep", || async {
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
         (comm.trim_end() == "sleep").then_some(())?;
+        // Past its start-up, which opens (and closes) locale files: a listing taken then would
+        // show them as descriptor 3. Asleep in nanosleep, it holds only what it was given.
+        // (`wchan` is "0" on a kernel that does not name it: then, asleep at all.)
+        let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).ok()?;
+        let asleep = wchan.contains("nanosleep")
+            || (wchan.trim() == "0" && stat_fields(pid).first().is_some_and(|s| s == "S"));
+        asleep.then_some(())?;
         let mut fds: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/fd"))
             .ok()?
             .flatten()
