@@ -24,7 +24,9 @@ async fn a_servers_address_is_in_ps_read_mcp_and_yieldctl_and_gone_once_stopped(
     let c = d.session();
     let r = c
         .exec_with(pb::ExecRequest {
-            until: Some("^port ".into()),
+            // The number too: an unbuffered python (PYTHONUNBUFFERED) writes `port `, then the
+            // number, and an unfinished line matches `until` as a prompt would.
+            until: Some(r"^port \d+".into()),
             yield_ms: Some(30_000),
             ..exec_req(SERVER)
         })
@@ -130,7 +132,7 @@ async fn yieldctl_exec_names_the_address_of_a_server_it_leaves_running() {
     let out = run(d.yieldctl().args([
         "exec",
         "--until",
-        "^port ",
+        r"^port \d+",
         "--yield-ms",
         "30000",
         "--",
