@@ -41,9 +41,7 @@ pub fn backgrounded_message(_process_id: &str, _yield_ms: u64, next_seq: u64) ->
 /// one short line, like [`backgrounded_message`]. It names the attach command too, so an agent
 /// can tell its user how to step in (a password prompt, say; ARCHITECTURE.md, "Terminal processes").
 pub fn input_wanted_message(process_id: &str, _next_seq: u64) -> String {
-    format!(
-        "Waiting for input: write(input=\"…\\n\") to answer, or a person can run `yieldctl attach {process_id}` to type into it."
-    )
+    format!("Waiting for input: write(input=\"…\\n\"), or a person: yieldctl attach {process_id}")
 }
 
 /// The hint of an `exec` answered with the process an identical earlier `exec` started, which
