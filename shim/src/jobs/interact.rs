@@ -26,7 +26,7 @@ use yieldshell_proto::client::ClientError;
 use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::pb;
 
-use super::tools::{call_error, collect_since, job_id};
+use super::tools::{call_error, collect_since, job_id, latest_window};
 use super::{JobStatus, ProcessOutput, ToolError, job_status};
 use crate::args::Args;
 use crate::context::{Context, describe};
@@ -82,15 +82,7 @@ pub(crate) async fn interact(ctx: &Context, args: &Args<'_>) -> Result<ProcessOu
     }
 
     // Step 1: where the answer will start, and whether the job can take input at all.
-    let before = ctx
-        .session
-        .read(pb::ReadRequest {
-            process_id: id.clone(),
-            max_output_bytes: Some(1),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| call_error(&e, &id, "interact with job"))?;
+    let before = latest_window(ctx, &id, "interact with job").await?;
     if job_status(&before.process.unwrap_or_default()) != JobStatus::Running {
         return Err(not_running(&id));
     }

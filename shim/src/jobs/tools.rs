@@ -46,6 +46,23 @@ pub(crate) fn job_id(args: &Args) -> Result<String, ToolError> {
 }
 
 /// Turns a failed call into the original's messages: unknown ids are `Job <id> not found`.
+/// A one-byte latest view of job `id`: where its log stands (`next_seq`) and where the ring
+/// starts (`retained_from_seq`), with its state. `what` names the tool in an error.
+pub(crate) async fn latest_window(
+    ctx: &Context,
+    id: &str,
+    what: &str,
+) -> Result<pb::ReadResponse, ToolError> {
+    ctx.session
+        .read(pb::ReadRequest {
+            process_id: id.to_string(),
+            max_output_bytes: Some(1),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| call_error(&e, id, what))
+}
+
 pub(crate) fn call_error(e: &ClientError, job_id: &str, what: &str) -> ToolError {
     if e.kind() == ErrorKind::UnknownProcess {
         return ToolError::not_found(job_id);
@@ -256,15 +273,8 @@ pub(crate) async fn output(ctx: &Context, args: &Args<'_>) -> Result<ProcessOutp
     // The original returns its bounded buffer (`MCP_BG_MAX_OUTPUT_SIZE`, the session's ring):
     // page from where the ring starts, not from the spool's older bytes, which forward reads
     // would otherwise include.
-    let kept_from = ctx
-        .session
-        .read(pb::ReadRequest {
-            process_id: id.clone(),
-            max_output_bytes: Some(1),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| call_error(&e, &id, "get job output"))?
+    let kept_from = latest_window(ctx, &id, "get job output")
+        .await?
         .output
         .map_or(1, |o| o.retained_from_seq);
     let (stdout, stderr) = collect_since(ctx, &id, kept_from)
