@@ -12,9 +12,12 @@ if [[ -z ${CI_PHASES:-} ]]; then
 fi
 ci_phase_name=
 ci_phase_start=$SECONDS
+# CI_PHASE_PREFIX marks the phases of a script that runs alongside others (.ci/run's background
+# build), whose times overlap theirs.
 phase() {
     if [[ -n $ci_phase_name ]]; then
-        printf '%6d s  %s\n' $((SECONDS - ci_phase_start)) "$ci_phase_name" >>"$CI_PHASES"
+        printf '%6d s  %s%s\n' $((SECONDS - ci_phase_start)) "${CI_PHASE_PREFIX:-}" \
+            "$ci_phase_name" >>"$CI_PHASES"
     fi
     ci_phase_name=$1
     ci_phase_start=$SECONDS
@@ -27,6 +30,7 @@ phase_summary() {
     if [[ -n ${ci_phases_owner:-} ]]; then
         echo "== phase times (wall clock)"
         cat "$CI_PHASES"
+        printf '%6d s  in all\n' "$SECONDS"
         rm -f "$CI_PHASES"
     fi
 }
@@ -75,8 +79,11 @@ ensure_packages() {
     mapfile -t packages < <(printf '%s\n' "${missing[@]}" | sort -u)
     if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
         echo "== installing ${packages[*]}"
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${packages[@]}"
+        # Waits for the package database rather than failing when another install holds it
+        # (.ci/run installs everything in its background job while other phases run).
+        apt-get -o DPkg::Lock::Timeout=900 update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -qq \
+            --no-install-recommends "${packages[@]}"
     else
         echo "warning: not root with apt-get, so not installing ${packages[*]}:" \
             "the tests that need them will fail naming them" >&2

@@ -81,14 +81,20 @@ pub fn bin(name: &str) -> PathBuf {
 /// x86_64-pc-windows-gnu`; `.ci/test-extra windows` builds them before the Wine tests). Like [`bin`], one older
 /// than its sources is refused. `YIELDSHELL_WINDOWS_PROFILE` names the cargo profile (default
 /// `debug`): `.ci/test-extra` builds and tests the `dist-check` binaries, which `packaging/release.sh`
-/// then packs, so CI compiles the Windows build once.
+/// then packs, so CI compiles the Windows build once. `YIELDSHELL_WINDOWS_TARGET_DIR` names the
+/// target directory that build used, when not this one (CI builds the release artifacts in a
+/// directory of their own, in parallel with the tests).
 pub fn windows_bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let target = exe
-        .parent()
-        .and_then(Path::parent)
-        .and_then(Path::parent)
-        .expect("target dir");
+    let target = match std::env::var_os("YIELDSHELL_WINDOWS_TARGET_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => std::env::current_exe()
+            .expect("current exe")
+            .parent()
+            .and_then(Path::parent)
+            .and_then(Path::parent)
+            .expect("target dir")
+            .to_path_buf(),
+    };
     let profile =
         std::env::var("YIELDSHELL_WINDOWS_PROFILE").unwrap_or_else(|_| "debug".to_string());
     let path = target
