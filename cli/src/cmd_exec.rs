@@ -180,6 +180,7 @@ pub async fn run(ctx: &Ctx, a: ExecArgs) -> anyhow::Result<u8> {
     }
     render::stdout_bytes(&out.stdout)?;
     render::stderr_bytes(&out.stderr)?;
+    render::sandbox_denial(&info);
     if let Some(line) = hint(status, &resp, &info, out.next_seq) {
         // A prompt ("Password: ") ends without a newline; on a terminal the hint would continue
         // its line.

@@ -378,6 +378,7 @@ pub async fn wait(ctx: &Ctx, mut a: WaitArgs) -> anyhow::Result<u8> {
                 a.id,
                 render::duration_ms(info.duration_ms)
             );
+            render::sandbox_denial(&info);
         }
     }
     Ok(code)

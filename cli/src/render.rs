@@ -211,6 +211,17 @@ pub fn truncate(s: &str, max: usize) -> String {
     out
 }
 
+/// Prints, on stderr, the sandbox's reading of a failed process ("… denied: declare
+/// MODIFIES_WORKSPACE_FILES"), if it has one: what a person needs to run it again with the right
+/// declaration. `--json` has it in `sandbox.denied`.
+pub fn sandbox_denial(info: &yieldshell_proto::pb::ProcessInfo) {
+    if let Some(denied) = info.sandbox.as_ref().map(|s| &s.denied)
+        && !denied.is_empty()
+    {
+        eprintln!("[yieldctl: sandbox: {denied}]");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,10 +32,15 @@ pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(20);
 /// the process settles.
 pub const WAIT_SLICE: Duration = Duration::from_secs(60);
 
-/// The daemon's default and largest grace before `Stop` escalates to SIGKILL (see the daemon's
-/// `stop` handler); a `Stop` may take that long before it answers.
-const DEFAULT_FORCE_AFTER: Duration = Duration::from_secs(3);
-const MAX_FORCE_AFTER: Duration = Duration::from_secs(600);
+/// The grace between SIGTERM and SIGKILL of a `Stop` that names none (the seed's default), in
+/// milliseconds: the one definition the daemon's `stop`, the shim's cancelled calls and tasks,
+/// and the clients' deadlines share. A `Stop` may take that long before it answers.
+pub const STOP_GRACE_DEFAULT_MS: u64 = 3_000;
+/// The longest grace a `Stop` may ask for (longer would outlive any client's request timeout);
+/// the daemon refuses more with `invalid_argument`.
+pub const STOP_GRACE_MAX_MS: u64 = 600_000;
+const DEFAULT_FORCE_AFTER: Duration = Duration::from_millis(STOP_GRACE_DEFAULT_MS);
+const MAX_FORCE_AFTER: Duration = Duration::from_millis(STOP_GRACE_MAX_MS);
 
 /// The deadlines of one client (see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,8 +19,8 @@
 //!   exited).
 //! - [`status_names`]: the lowercase names of the status enums (`running`, `backgrounded`, …).
 //! - `views` (feature `views`): the JSON objects the MCP tools return, with the hints they carry;
-//!   `yieldctl --json` prints the same ones. Behind a feature so the daemon, which returns facts
-//!   only, does not compile serde and schemars.
+//!   `yieldctl --json` prints the same ones. Behind a feature: the daemon returns facts only and
+//!   never uses them.
 
 pub mod client;
 pub mod deadlines;

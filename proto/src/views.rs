@@ -31,16 +31,15 @@ pub fn text(bytes: &[u8]) -> (String, bool) {
 /// (status, id, `next_seq`, `yield_ms`); this body is what the MCP tools return and
 /// `yieldctl --json` prints, so the phrasing lives here, once, for both. An agent reads it with
 /// every backgrounded exec, so every byte counts. The id and the yield time are not repeated (the
-/// body has the id and `duration_ms`; a ready-wait returns before the yield time); the
-/// parameters stay so callers keep compiling.
-pub fn backgrounded_message(_process_id: &str, _yield_ms: u64, next_seq: u64) -> String {
+/// body has the id and `duration_ms`; a ready-wait returns before the yield time).
+pub fn backgrounded_message(next_seq: u64) -> String {
     format!("In the background: wait, read(since_seq={next_seq}), write or stop it.")
 }
 
 /// The hint an `exec` body carries when the command yielded early because it waits for input:
 /// one short line, like [`backgrounded_message`]. It names the attach command too, so an agent
 /// can tell its user how to step in (a password prompt, say; ARCHITECTURE.md, "Terminal processes").
-pub fn input_wanted_message(process_id: &str, _next_seq: u64) -> String {
+pub fn input_wanted_message(process_id: &str) -> String {
     format!("Waiting for input: write(input=\"…\\n\"), or a person: yieldctl attach {process_id}")
 }
 
@@ -54,36 +53,26 @@ pub fn reused_message(next_seq: u64) -> String {
 }
 
 /// The hint for a shell that exited while descendants still run.
-pub fn descendants_message(_process_id: &str, descendants: u32, next_seq: u64) -> String {
+pub fn descendants_message(descendants: u32, next_seq: u64) -> String {
     format!(
         "The shell exited; {descendants} descendant(s) still run: read(since_seq={next_seq}) for more, stop to end them."
     )
 }
 
-/// The hint for an `exec` body, from the facts: `status` is the exec status name, `yield_ms`
-/// the yield actually waited. A backgrounded command gets [`input_wanted_message`] when it waits
+/// The hint for an `exec` body, from the facts: `status` is the exec status name. A backgrounded command gets [`input_wanted_message`] when it waits
 /// for input, else [`backgrounded_message`]; a completed one whose descendants still run
 /// [`descendants_message`]; anything else `None`.
-pub fn exec_hint(
-    status: &str,
-    p: &pb::ProcessInfo,
-    next_seq: u64,
-    yield_ms: u64,
-) -> Option<String> {
+pub fn exec_hint(status: &str, p: &pb::ProcessInfo, next_seq: u64) -> Option<String> {
     if status == exec_status_name(pb::ExecStatus::Backgrounded as i32)
         && p.waiting_for_input == Some(true)
     {
-        Some(input_wanted_message(&p.process_id, next_seq))
+        Some(input_wanted_message(&p.process_id))
     } else if status == exec_status_name(pb::ExecStatus::Backgrounded as i32) {
-        Some(backgrounded_message(&p.process_id, yield_ms, next_seq))
+        Some(backgrounded_message(next_seq))
     } else if status == exec_status_name(pb::ExecStatus::Completed as i32)
         && p.descendants_running > 0
     {
-        Some(descendants_message(
-            &p.process_id,
-            p.descendants_running,
-            next_seq,
-        ))
+        Some(descendants_message(p.descendants_running, next_seq))
     } else {
         None
     }
@@ -272,7 +261,7 @@ impl From<&pb::ExecResponse> for ExecView {
         };
         let out = r.output.clone().unwrap_or_default();
         let status = exec_status_name(r.status);
-        let message = exec_hint(status, p, out.next_seq, r.yield_ms);
+        let message = exec_hint(status, p, out.next_seq);
         let mut view = ExecView::of_process(p, &out, status, message);
         view.matched_line = r
             .matched_seq
@@ -780,26 +769,26 @@ mod tests {
             process_id: "proc_7".into(),
             ..Default::default()
         };
-        let bg = exec_hint("backgrounded", &p, 12, 300).expect("hint");
-        assert_eq!(bg, backgrounded_message("proc_7", 300, 12));
+        let bg = exec_hint("backgrounded", &p, 12).expect("hint");
+        assert_eq!(bg, backgrounded_message(12));
         assert!(bg.contains("read(since_seq=12)"), "{bg}");
         assert!(bg.len() < 100, "one short line: {bg}");
-        assert_eq!(exec_hint("completed", &p, 12, 300), None);
+        assert_eq!(exec_hint("completed", &p, 12), None);
         let left = pb::ProcessInfo {
             descendants_running: 2,
             ..p.clone()
         };
         assert_eq!(
-            exec_hint("completed", &left, 12, 300),
-            Some(descendants_message("proc_7", 2, 12))
+            exec_hint("completed", &left, 12),
+            Some(descendants_message(2, 12))
         );
-        assert_eq!(exec_hint("stopped", &left, 12, 300), None);
+        assert_eq!(exec_hint("stopped", &left, 12), None);
         let asking = pb::ProcessInfo {
             waiting_for_input: Some(true),
             ..p.clone()
         };
-        let input = exec_hint("backgrounded", &asking, 12, 300).expect("hint");
-        assert_eq!(input, input_wanted_message("proc_7", 12));
+        let input = exec_hint("backgrounded", &asking, 12).expect("hint");
+        assert_eq!(input, input_wanted_message("proc_7"));
         assert!(input.contains("write(input="), "{input}");
         assert!(input.contains("yieldctl attach proc_7"), "{input}");
         // One line, even with a 36-character client-chosen id.

@@ -690,6 +690,29 @@ async fn yieldctl_exec_sandbox_flags_and_ps_show_it() {
     assert_eq!(listed["sandbox"]["network"], "off", "{listed}");
     let table = String::from_utf8_lossy(&run(s.d.yieldctl().args(["ps"])).stdout).into_owned();
     assert!(table.contains("read-only"), "{table}");
+
+    // A person running it without --json reads the same denial, on stderr after the output.
+    let human = run(s
+        .d
+        .yieldctl()
+        .current_dir(&s.ws)
+        .args([
+            "exec",
+            "--sandbox",
+            "declared",
+            "--side-effects",
+            "NONE",
+            "--",
+        ])
+        .arg("echo hi > out.txt"));
+    let stderr = String::from_utf8_lossy(&human.stderr);
+    assert!(
+        stderr.contains("[yieldctl: sandbox: ")
+            && stderr.contains("out.txt")
+            && stderr.contains("MODIFIES_WORKSPACE_FILES"),
+        "{stderr}"
+    );
+    assert_ne!(human.status.code(), Some(0), "{stderr}");
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
+use yieldshell_proto::deadlines::{STOP_GRACE_DEFAULT_MS, STOP_GRACE_MAX_MS};
 use yieldshell_proto::errors::ErrorKind;
 use yieldshell_proto::pb;
 use yieldshell_proto::session_config::DEFAULT_CLEANUP_OLDER_THAN_MS;
@@ -11,12 +12,6 @@ use super::{ControlService, MAX_WRITE_BYTES, at_most};
 use crate::process::{ManagedProcess, Status, StopReason, live_facts, resources, terminal, tree};
 use crate::sandbox::Grant;
 use crate::session::Session;
-
-/// Grace before SIGKILL when `stop` names none (the seed's default).
-const DEFAULT_FORCE_AFTER_MS: u64 = 3_000;
-/// Longest grace accepted (longer would outlive any client's request timeout); above it `stop`
-/// is refused with `invalid_argument`.
-const MAX_FORCE_AFTER_MS: u64 = 600_000;
 
 pub(super) async fn write(
     svc: &ControlService,
@@ -128,9 +123,9 @@ pub(super) async fn stop(
             "unknown signal {name:?}; use a name such as SIGTERM, TERM, SIGINT, SIGHUP, SIGKILL (with or without SIG) or a signal number"
         ))
     })?;
-    at_most("force_after_ms", req.force_after_ms, MAX_FORCE_AFTER_MS)
+    at_most("force_after_ms", req.force_after_ms, STOP_GRACE_MAX_MS)
         .map_err(|m| ErrorKind::InvalidArgument.status(m))?;
-    let grace_ms = req.force_after_ms.unwrap_or(DEFAULT_FORCE_AFTER_MS);
+    let grace_ms = req.force_after_ms.unwrap_or(STOP_GRACE_DEFAULT_MS);
     let outcome = proc
         .stop(signal, Duration::from_millis(grace_ms), StopReason::Request)
         .await;

@@ -51,8 +51,8 @@ pub struct TaskWire {
     pub legacy: legacy::LegacyWire,
 }
 
-/// Grace period of a `tasks/cancel` before SIGKILL, as the `stop` tool's default.
-const CANCEL_FORCE_AFTER_MS: u64 = 3_000;
+/// Grace of the `stop` a cancelled call sends before SIGKILL: the `stop` tool's default.
+const CANCEL_FORCE_AFTER_MS: u64 = yieldshell_proto::deadlines::STOP_GRACE_DEFAULT_MS;
 
 /// Longest last line quoted in a `statusMessage` (it is shown to the model: keep it short).
 const STATUS_LINE_CHARS: usize = 120;

@@ -133,7 +133,7 @@ async fn exec_once(
 
 /// The body of an exec that waited in slices: `state` is the latest wait answer, `settled`
 /// whether the process ended.
-fn sliced_view(state: &pb::WaitResponse, settled: bool, yield_ms: u64) -> ExecView {
+fn sliced_view(state: &pb::WaitResponse, settled: bool) -> ExecView {
     let info = state.process.clone().unwrap_or_default();
     let out = state.output.clone().unwrap_or_default();
     // A ready-wait that matched is not an end: the process runs on in the background.
@@ -144,7 +144,7 @@ fn sliced_view(state: &pb::WaitResponse, settled: bool, yield_ms: u64) -> ExecVi
     } else {
         views::exec_status_name(pb::ExecStatus::Backgrounded as i32)
     };
-    let message = views::exec_hint(status, &info, out.next_seq, yield_ms);
+    let message = views::exec_hint(status, &info, out.next_seq);
     let mut view = ExecView::of_process(&info, &out, status, message);
     if matched {
         view.matched_line = Some(String::from_utf8_lossy(&state.matched_line).into_owned());
@@ -157,8 +157,8 @@ fn sliced_view(state: &pb::WaitResponse, settled: bool, yield_ms: u64) -> ExecVi
 /// the rest of the yield is waited in `Wait` slices, which a cancellation ends at once.
 const FIRST_SLICE_MS: u64 = 1_000;
 
-/// Grace of the `stop` a cancelled call sends before SIGKILL (as the `stop` tool's default).
-const CANCEL_FORCE_AFTER_MS: u64 = 3_000;
+/// Grace of the `stop` a cancelled call sends before SIGKILL: the `stop` tool's default.
+const CANCEL_FORCE_AFTER_MS: u64 = yieldshell_proto::deadlines::STOP_GRACE_DEFAULT_MS;
 
 /// How long this call blocks: its `yield_ms` (else the session default), never past the
 /// session's largest yield nor [`MAX_BLOCKING_MS`] — MCP clients give up on a request after
@@ -185,8 +185,8 @@ async fn stop_cancelled(ctx: &Context, process_id: &str) {
 
 /// The answer to a cancelled call, which the client no longer reads (rmcp drops it); it says
 /// what happened, for the logs.
-fn cancelled_view(state: &pb::WaitResponse, yield_ms: u64) -> ExecView {
-    let mut view = sliced_view(state, false, yield_ms);
+fn cancelled_view(state: &pb::WaitResponse) -> ExecView {
+    let mut view = sliced_view(state, false);
     view.status = views::process_status_name(pb::ProcessStatus::Stopped as i32).to_string();
     view.message = Some("The call was cancelled: the command was stopped.".into());
     view
@@ -231,7 +231,7 @@ pub(super) async fn call(
     // answers with it and, cancelled or not, leaves it alone.
     if running && !first.reused && request.ct.is_cancelled() {
         stop_cancelled(ctx, &info.process_id).await;
-        return respond_with(&cancelled_view(&backgrounded(&first), yield_ms));
+        return respond_with(&cancelled_view(&backgrounded(&first)));
     }
     // Ended, reused, matched, waiting for input, or its whole yield spent: the daemon's answer
     // is the call's (the same reasons to yield early as in the daemon's own exec).
@@ -267,9 +267,9 @@ pub(super) async fn call(
     match run_until_settled(&ctx.session, spec, Some(backgrounded(&first))).await {
         Settled::Done(state) => {
             let settled = state.result != pb::WaitResult::InputWanted as i32;
-            respond_with(&sliced_view(&state, settled, yield_ms))
+            respond_with(&sliced_view(&state, settled))
         }
-        Settled::OutOfTime(state) => respond_with(&sliced_view(&state, false, yield_ms)),
+        Settled::OutOfTime(state) => respond_with(&sliced_view(&state, false)),
         // Nobody waits for the answer any more, and no answer will carry the process id:
         // the command is stopped, as the shell profile does and as Esc does in a terminal.
         Settled::Cancelled(state) => {
@@ -279,11 +279,11 @@ pub(super) async fn call(
             } else {
                 backgrounded(&first)
             };
-            respond_with(&cancelled_view(&state, yield_ms))
+            respond_with(&cancelled_view(&state))
         }
         Settled::Failed(e, state) => {
             let (msg, kind) = describe(&e);
-            let mut v = sliced_view(&state, false, yield_ms);
+            let mut v = sliced_view(&state, false);
             v.message = None;
             v.error = Some(msg);
             v.error_kind = Some(kind.to_string());
