@@ -55,6 +55,7 @@ mod shim;
 mod shim_jsonrpc;
 mod terminal;
 mod terminal_echo;
+mod timeouts_across_daemons;
 mod top;
 mod top_figures;
 mod windows_wine;
