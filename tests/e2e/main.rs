@@ -53,6 +53,7 @@ mod sandbox;
 mod session_reconnect;
 mod shim;
 mod shim_jsonrpc;
+mod start_handshake;
 mod terminal;
 mod terminal_echo;
 mod timeouts_across_daemons;

@@ -44,11 +44,13 @@ fn spawn_holder_binary(
         crate::spawn::cstring(name.as_bytes().to_vec(), "program name")?,
         crate::spawn::cstring(mode.as_bytes().to_vec(), "argument")?,
     ];
+    // No environment, but the tests' fault injection (`crate::faults`).
+    let envp = crate::faults::holder_env();
     let (pid, _exit) = reaper.spawn_with(|| {
         let pid = crate::spawn::posix_spawn_session(
             &program,
             &argv,
-            &[],
+            &envp,
             None,
             &[(sock.as_raw_fd(), super::HOLDER_FD)],
             None,
