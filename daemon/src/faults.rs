@@ -115,6 +115,7 @@ pub fn holder_protocol_seen(protocol: u32) -> u32 {
 
 /// The environment of a holder (or the zygote) the daemon starts: the fault specification, if
 /// the daemon has one, and nothing else.
+#[cfg(target_os = "linux")]
 pub fn holder_env() -> Vec<std::ffi::CString> {
     std::env::var(ENV_TEST_FAULTS)
         .ok()

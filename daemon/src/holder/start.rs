@@ -95,6 +95,10 @@ pub fn spawn_holder(reaper: &Reaper, sock: &impl std::os::fd::AsRawFd) -> io::Re
     use std::os::unix::process::CommandExt;
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
     cmd.arg(super::HOLD_ARG).env_clear();
+    // No environment, but the tests' fault injection (`crate::faults`).
+    if let Some(faults) = std::env::var_os(crate::faults::ENV_TEST_FAULTS) {
+        cmd.env(crate::faults::ENV_TEST_FAULTS, faults);
+    }
     let fd = sock.as_raw_fd();
     // SAFETY: dup2 and setsid are async-signal-safe.
     unsafe {
