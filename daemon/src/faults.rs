@@ -22,7 +22,16 @@
 //! holder of a newer release, after a downgrade), to test that such a holder is refused by name
 //! and left running ([`holder_protocol_seen`]).
 //!
-//! Clients cannot set it: the daemon reads only its own environment, once.
+//! Two items are about a holder that its own command stops before it could greet
+//! (`kill -STOP $PPID` as the command's first word wins that race on some machines):
+//! - `holder_greets_when_continued:<marker>`: a holder that spawns the shell of such a command
+//!   itself greets only once it has been stopped and continued ([`ContinueGate`]), so the
+//!   command always wins the race;
+//! - `holder_left_stopped:<marker>`: the daemon does not continue the stopped holder of such a
+//!   command while it waits for its greeting ([`holder_left_stopped`]), so the start fails.
+//!
+//! Clients cannot set it: the daemon reads only its own environment, once, and passes it on to
+//! the holders it starts (which otherwise get no environment).
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -102,4 +111,69 @@ pub fn holder_protocol_seen(protocol: u32) -> u32 {
         .find(|(k, _)| k == "holder_protocol")
         .and_then(|(_, m)| std::str::from_utf8(m).ok()?.parse().ok())
         .unwrap_or(protocol)
+}
+
+/// The environment of a holder (or the zygote) the daemon starts: the fault specification, if
+/// the daemon has one, and nothing else.
+#[cfg(target_os = "linux")]
+pub fn holder_env() -> Vec<std::ffi::CString> {
+    std::env::var(ENV_TEST_FAULTS)
+        .ok()
+        .and_then(|spec| std::ffi::CString::new(format!("{ENV_TEST_FAULTS}={spec}")).ok())
+        .into_iter()
+        .collect()
+}
+
+/// Whether the daemon must leave the stopped holder of `command` stopped while it waits for
+/// its greeting (`holder_left_stopped`).
+pub fn holder_left_stopped(command: &[u8]) -> bool {
+    injected("holder_left_stopped", command)
+}
+
+/// How long a holder under `holder_greets_when_continued` waits to be stopped and continued.
+#[cfg(target_os = "linux")]
+const CONTINUE_WAIT: Duration = Duration::from_secs(60);
+
+/// In a holder, under `holder_greets_when_continued:<marker>`: SIGCONT is blocked from before the
+/// shell is spawned (the shell gets an empty mask) until [`ContinueGate::wait`] has seen one, so
+/// a stop and continue that come at any moment in between are seen.
+#[cfg(target_os = "linux")]
+pub struct ContinueGate(bool);
+
+#[cfg(target_os = "linux")]
+impl ContinueGate {
+    /// Closes the gate for the shell of `command`, which this holder `spawns` itself (a
+    /// launcher's holder greeted while idle), when the fault applies to it.
+    pub fn close(spawns: bool, command: &[u8]) -> ContinueGate {
+        let applies = spawns && injected("holder_greets_when_continued", command);
+        if applies {
+            let _ = Self::mask(nix::sys::signal::SigmaskHow::SIG_BLOCK);
+        }
+        ContinueGate(applies)
+    }
+
+    /// Waits (at most [`CONTINUE_WAIT`]) for this holder to have been continued, then lets
+    /// SIGCONT through again.
+    pub fn wait(self) {
+        if !self.0 {
+            return;
+        }
+        let mut set = nix::sys::signal::SigSet::empty();
+        set.add(nix::sys::signal::Signal::SIGCONT);
+        let timeout = libc::timespec {
+            tv_sec: CONTINUE_WAIT.as_secs() as libc::time_t,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid signal set and timeout, and a null info pointer (not wanted).
+        unsafe {
+            libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &timeout);
+        }
+        let _ = Self::mask(nix::sys::signal::SigmaskHow::SIG_UNBLOCK);
+    }
+
+    fn mask(how: nix::sys::signal::SigmaskHow) -> nix::Result<()> {
+        let mut set = nix::sys::signal::SigSet::empty();
+        set.add(nix::sys::signal::Signal::SIGCONT);
+        nix::sys::signal::sigprocmask(how, Some(&set), None)
+    }
 }

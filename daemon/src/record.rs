@@ -112,6 +112,11 @@ pub struct ProcessRecord {
     /// environment overlay it covers: overlay values may be secrets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub twin: Option<String>,
+    /// When its `timeout_ms` fires, Unix milliseconds (absent: no timeout, and in records of
+    /// earlier versions). An absolute time, so the daemon that re-adopts the process after a
+    /// restart or a crash re-arms the same deadline (one that passed meanwhile fires at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_at_ms: Option<i64>,
 }
 
 /// A sandboxed process's grant as a record keeps it (`crate::sandbox::Grant`), with what the
@@ -475,6 +480,7 @@ mod tests {
             tty: false,
             sandbox: None,
             twin: None,
+            timeout_at_ms: None,
         }
     }
 

@@ -158,6 +158,7 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
         let record = ProcessRecord {
             sandbox: None,
             twin: None,
+            timeout_at_ms: None,
             format: crate::record::RECORD_FORMAT,
             process_id: id.clone(),
             session_id: String::new(),
@@ -224,10 +225,12 @@ fn adopt(
     };
     let slot = daemon.running.take(&record.session_id);
     tracing::info!(process_id = %record.process_id, pid = held.hello.shell_pid, holder = held.holder.pid, next_seq = held.hello.next_seq, "re-adopted");
-    // The timeout of the `exec` that started it is not kept across daemons.
+    // The `exec`'s timeout is the same deadline as under the daemon that started it (counted
+    // from the recorded start): one that passed while no daemon ran fires at once.
+    let timeout = facts.timeout;
     let mut held = held;
     let listener = held.listener.take();
-    let (proc, handle) = actor::launch(facts, slot, held, output, None, ctx)?;
+    let (proc, handle) = actor::launch(facts, slot, held, output, timeout, ctx)?;
     // A sandboxed command's allowlist proxy, on the listener its holder kept.
     if let Some(listener) = listener {
         crate::process::launch::serve_proxy(&proc, listener);

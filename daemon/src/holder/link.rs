@@ -54,6 +54,19 @@ impl Held {
 /// Reads the holder's first frame. `known` is the holder's identity when the caller already
 /// has it (a holder from the pool), which spares a `/proc` read on the `exec` path.
 fn greeted(sock: UnixStream, known: Option<Identity>) -> io::Result<Held> {
+    greeted_continuing(sock, known, true)
+}
+
+/// [`greeted`], continuing the holder (`known`) when it is found stopped meanwhile unless
+/// `continue_stopped` is false (fault injection: `holder_left_stopped`).
+fn greeted_continuing(
+    sock: UnixStream,
+    known: Option<Identity>,
+    continue_stopped: bool,
+) -> io::Result<Held> {
+    if let Some(holder) = known.filter(|_| continue_stopped) {
+        answer_arrives(&sock, holder)?;
+    }
     sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let (hello, stdin, listener) = read_hello(&sock)?;
     sock.set_read_timeout(None)?;
@@ -71,6 +84,58 @@ fn greeted(sock: UnixStream, known: Option<Identity>) -> io::Result<Held> {
         listener,
         sock,
     })
+}
+
+/// How long a holder may leave its first answer unsent before the daemon looks whether it was
+/// stopped (and continues it).
+const STALL_CHECK: Duration = Duration::from_millis(50);
+
+/// Continues `holder` if it is stopped, and says whether it was. Its own command can stop it
+/// before it greeted (`kill -STOP $PPID` as the first thing it runs: the shell's parent is its
+/// holder), and a stopped holder never answers: the `exec` would fail to start while its
+/// command runs on. Checked against the holder's start time, so a recycled pid is left alone.
+fn continue_if_stopped(holder: Identity) -> bool {
+    let stopped = identity::read_stat(holder.pid).is_some_and(|s| {
+        s.state == b'T' && (holder.start_time == 0 || s.start_time == holder.start_time)
+    });
+    if stopped {
+        tracing::warn!(
+            holder = holder.pid,
+            "the holder was stopped before it answered (by its own command?); continuing it"
+        );
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(holder.pid),
+            nix::sys::signal::Signal::SIGCONT,
+        );
+    }
+    stopped
+}
+
+/// Blocks until `holder`'s answer can be read on `sock`, continuing the holder whenever it is
+/// found stopped meanwhile ([`continue_if_stopped`]); an error once [`HANDSHAKE_TIMEOUT`]
+/// passed without one.
+fn answer_arrives(sock: &UnixStream, holder: Identity) -> io::Result<()> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let deadline = std::time::Instant::now() + HANDSHAKE_TIMEOUT;
+    loop {
+        let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+        match poll(
+            &mut fds,
+            PollTimeout::try_from(STALL_CHECK).unwrap_or(PollTimeout::MAX),
+        ) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => {}
+            Ok(_) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the holder did not answer in time",
+            ));
+        }
+        continue_if_stopped(holder);
+    }
 }
 
 /// Reads a [`Hello`] (a [`Kind::Failed`] is the holder's error), with stdin's write end while
@@ -444,6 +509,17 @@ impl HolderPool {
     }
 }
 
+/// The processes [`start`] gave the command to, as far as it got: what may be left of the
+/// command when the start fails.
+#[derive(Debug, Default)]
+pub struct Given {
+    /// The holder that got the spec.
+    pub holder: Option<Identity>,
+    /// The shell's process, when it was known before the spec went out (an idle holder's
+    /// launcher).
+    pub shell: Option<Identity>,
+}
+
 /// The kind of [`start`]'s error when the idle holder's launcher died before it took the
 /// command: nothing ran, so the start may be tried again with another holder.
 pub const LAUNCHER_GONE: io::ErrorKind = io::ErrorKind::ConnectionAborted;
@@ -482,12 +558,18 @@ fn prepare(sock: &UnixStream, dir: &Path) -> io::Result<Option<Launch>> {
 /// no thread hand-off: the idle holder gets the spec from the calling task, which then awaits
 /// the answer. Starting a new holder (a fork, or an exec) and writing a spec too large for one
 /// write are blocking work, done on the blocking pool.
+///
+/// `given` is filled in as the spec goes out: should this fail, the command may have started
+/// all the same (a holder that did not answer in time, or died, may have spawned the shell), and
+/// the caller ends whatever of it runs before it says the command did not start.
 pub async fn start(
     pool: &Arc<HolderPool>,
     idle: Option<Idle>,
     spec: &HoldSpec,
+    given: &mut Given,
 ) -> io::Result<Held> {
     let frame = spec.encode();
+    let continue_stopped = !crate::faults::holder_left_stopped(&spec.command);
     let Some(Idle {
         sock: mut ours,
         id: known,
@@ -496,20 +578,37 @@ pub async fn start(
     }) = idle
     else {
         let pool = pool.clone();
-        return tokio::task::spawn_blocking(move || {
-            let (mut ours, _) = pool.spawn()?;
+        let (holder, answer) = tokio::task::spawn_blocking(move || {
+            let (mut ours, pid) = match pool.spawn() {
+                Ok(spawned) => spawned,
+                Err(e) => return (None, Err(e)),
+            };
+            let holder = identity::identify(pid).unwrap_or(Identity { pid, start_time: 0 });
             let sent = ours.write_all(&frame);
-            with_send_error(greeted(ours, None), sent)
+            (
+                Some(holder),
+                with_send_error(
+                    greeted_continuing(ours, Some(holder), continue_stopped),
+                    sent,
+                ),
+            )
         })
         .await
         .map_err(io::Error::other)?;
+        given.holder = holder;
+        return answer;
     };
+    given.holder = Some(known);
     // A terminal needs a shell of its own: the holder ends its launcher (whose pipe and stdin
     // go here) and greets anew once it started one.
     if let Some(launch) = launch.filter(|_| spec.terminal.is_none()) {
         // The holder first, so it knows how to keep the output before there is any; then the
         // launcher, which runs the command. Nothing to wait for: the holder greeted already.
         let Launch { pipe, hello, stdin } = launch;
+        given.shell = Some(Identity {
+            pid: hello.shell_pid,
+            start_time: hello.shell_start_time,
+        });
         let held = Held {
             hello,
             holder: known,
@@ -581,7 +680,10 @@ pub async fn start(
     if frame.len() > INLINE_SPEC_BYTES {
         return tokio::task::spawn_blocking(move || {
             let sent = ours.write_all(&frame);
-            with_send_error(greeted(ours, Some(known)), sent)
+            with_send_error(
+                greeted_continuing(ours, Some(known), continue_stopped),
+                sent,
+            )
         })
         .await
         .map_err(io::Error::other)?;
@@ -590,14 +692,24 @@ pub async fn start(
     let answer = async {
         ours.set_nonblocking(true)?;
         let ready = tokio::net::UnixStream::from_std(ours)?;
-        match tokio::time::timeout(HANDSHAKE_TIMEOUT, ready.readable()).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "the holder did not answer in time",
-                ));
+        let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
+        loop {
+            match tokio::time::timeout(STALL_CHECK, ready.readable()).await {
+                Ok(Ok(_)) => break,
+                Ok(Err(e)) => return Err(e),
+                Err(_) if tokio::time::Instant::now() >= deadline => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the holder did not answer in time",
+                    ));
+                }
+                // A terminal's shell (or any the holder spawns itself) runs before the holder
+                // greets, and may stop it.
+                Err(_) => {
+                    if continue_stopped {
+                        continue_if_stopped(known);
+                    }
+                }
             }
         }
         // The answer has arrived (one small frame, written at once): reading it does not

@@ -124,6 +124,8 @@ fn run() -> io::Result<()> {
     };
     let greeted = launched.is_some();
     let mut kept = None;
+    #[cfg(target_os = "linux")]
+    let gate = crate::faults::ContinueGate::close(launched.is_none(), &spec.command);
     let (shell, identity) = match launched {
         Some(launched) => launched,
         None => {
@@ -143,6 +145,8 @@ fn run() -> io::Result<()> {
             (shell, identity)
         }
     };
+    #[cfg(target_os = "linux")]
+    gate.wait(); // tests only
     let redactor = Redactor::from_pairs(spec.redact);
     let spool = (spec.spool_cap > 0)
         .then(|| (SpoolBuffer::new(), SpoolFiles::create(&dir, spec.spool_cap)));

@@ -44,11 +44,13 @@ fn spawn_holder_binary(
         crate::spawn::cstring(name.as_bytes().to_vec(), "program name")?,
         crate::spawn::cstring(mode.as_bytes().to_vec(), "argument")?,
     ];
+    // No environment, but the tests' fault injection (`crate::faults`).
+    let envp = crate::faults::holder_env();
     let (pid, _exit) = reaper.spawn_with(|| {
         let pid = crate::spawn::posix_spawn_session(
             &program,
             &argv,
-            &[],
+            &envp,
             None,
             &[(sock.as_raw_fd(), super::HOLDER_FD)],
             None,
@@ -93,6 +95,10 @@ pub fn spawn_holder(reaper: &Reaper, sock: &impl std::os::fd::AsRawFd) -> io::Re
     use std::os::unix::process::CommandExt;
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
     cmd.arg(super::HOLD_ARG).env_clear();
+    // No environment, but the tests' fault injection (`crate::faults`).
+    if let Some(faults) = std::env::var_os(crate::faults::ENV_TEST_FAULTS) {
+        cmd.env(crate::faults::ENV_TEST_FAULTS, faults);
+    }
     let fd = sock.as_raw_fd();
     // SAFETY: dup2 and setsid are async-signal-safe.
     unsafe {

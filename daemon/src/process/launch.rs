@@ -201,6 +201,7 @@ pub async fn start(
         tty: req.terminal.is_some(),
         sandbox,
         twin: req.twin,
+        timeout: req.timeout,
     });
     // Queued before the spawn, so the record exists (with the command) for the next daemon even
     // if this one crashes right after; the directory alone already would.
@@ -264,7 +265,8 @@ async fn spawn_and_launch(
         terminal: req.terminal,
         sandbox: plan,
     };
-    let mut held = link::start(&d.holders, idle, &spec).await;
+    let mut given = link::Given::default();
+    let mut held = link::start(&d.holders, idle, &spec, &mut given).await;
     if matches!(&held, Err(e) if e.kind() == link::LAUNCHER_GONE) {
         // Killed while idle, after the pool's liveness check: nothing ran, and its holder has let
         // go of the directory. Once more, on a new holder, in the emptied directory.
@@ -274,8 +276,9 @@ async fn spawn_and_launch(
             .await
             .map_err(std::io::Error::other)
             .and_then(|r| r);
+        given = link::Given::default();
         held = match cleared {
-            Ok(()) => link::start(&d.holders, None, &spec).await,
+            Ok(()) => link::start(&d.holders, None, &spec, &mut given).await,
             Err(e) => Err(e),
         };
     }
@@ -286,6 +289,10 @@ async fn spawn_and_launch(
     let mut held = match held {
         Ok(h) => h,
         Err(e) => {
+            // The answer says the command did not start: make it true first.
+            if e.kind() != link::LAUNCHER_GONE {
+                end_unstarted(given, &facts.id).await;
+            }
             d.store.remove(&facts.id);
             return Err(internal("could not start /bin/sh", e));
         }
@@ -313,16 +320,20 @@ async fn spawn_and_launch(
         detach: d.detach.clone(),
         reaper: d.reaper.clone(),
     };
-    let (holder_pid, shell_pid) = (held.holder.pid, held.shell().pid);
+    let (holder, shell, proc_id) = (held.holder, held.shell(), facts.id.clone());
     let (proc, handle) = match actor::launch(facts, slot, held, output, req.timeout, ctx) {
         Ok(launched) => launched,
         Err(e) => {
-            // Never leave a process running that nobody supervises: the shell's group and its
+            // Never leave a process running that nobody supervises: its whole tree and its
             // holder go.
-            use nix::sys::signal::{Signal, kill, killpg};
-            use nix::unistd::Pid;
-            let _ = killpg(Pid::from_raw(shell_pid), Signal::SIGKILL);
-            let _ = kill(Pid::from_raw(holder_pid), Signal::SIGKILL);
+            end_unstarted(
+                link::Given {
+                    holder: Some(holder),
+                    shell: Some(shell),
+                },
+                &proc_id,
+            )
+            .await;
             return Err(internal("could not supervise the process", e));
         }
     };
@@ -330,6 +341,96 @@ async fn spawn_and_launch(
         serve_proxy(&proc, listener);
     }
     Ok((proc, handle))
+}
+
+/// Ends whatever runs of a command whose start failed, before its `exec` answers that it did not
+/// start. A holder can fail to answer after it spawned the shell (stopped by its own command,
+/// `kill -STOP $PPID`, or killed), and the command then ran on, listed nowhere. The holder is
+/// frozen (SIGSTOP: it spawns nothing more), every live descendant of it is killed until none is
+/// left (it is its tree's child subreaper, so orphans stay below it), then the holder itself;
+/// last, whatever carries the command's marker or is in its shell's session (a holder that died
+/// already left its tree to the daemon). Blocking work (`/proc` scans), on the blocking pool.
+#[cfg(unix)]
+async fn end_unstarted(given: link::Given, process_id: &str) {
+    let process_id = process_id.to_string();
+    let ended = tokio::task::spawn_blocking(move || {
+        use crate::process::tree;
+        use nix::sys::signal::{Signal, kill};
+        use nix::unistd::Pid;
+        let signal = |id: tree::Identity, sig| {
+            if tree::is_alive(id) {
+                let _ = kill(Pid::from_raw(id.pid), sig);
+            }
+        };
+        let holder = given.holder.filter(|h| tree::is_alive(*h));
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        if let Some(holder) = holder {
+            signal(holder, Signal::SIGSTOP);
+            loop {
+                let below = descendants_of(holder.pid);
+                if below.is_empty() || std::time::Instant::now() >= until {
+                    break;
+                }
+                for id in below {
+                    signal(id, Signal::SIGKILL);
+                }
+                // A killed process is gone a moment later; what one forked meanwhile is found
+                // on the next pass.
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // Its children (zombies now) go to the daemon, a child subreaper, which reaps them.
+            signal(holder, Signal::SIGKILL);
+        }
+        let leaders: Vec<tree::Identity> = given.shell.into_iter().collect();
+        tree::stop_all(&leaders, &[process_id], Duration::ZERO);
+        if let Some(holder) = holder {
+            // The caller removes the process directory next: not while the holder may still
+            // write in it. SIGKILL takes a moment; the reaper collects it.
+            while tree::is_alive(holder) && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    })
+    .await;
+    if let Err(e) = ended {
+        tracing::error!("ending a command that did not start failed: {e}");
+    }
+}
+
+/// Every live process below `pid` (Linux: one pass over `/proc`, parents to children).
+#[cfg(target_os = "linux")]
+fn descendants_of(pid: i32) -> Vec<crate::process::tree::Identity> {
+    use crate::process::tree;
+    let mut children: std::collections::HashMap<i32, Vec<(i32, tree::ProcStat)>> =
+        std::collections::HashMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(child) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        if let Some(stat) = tree::read_stat(child) {
+            children.entry(stat.ppid).or_default().push((child, stat));
+        }
+    }
+    let mut found = Vec::new();
+    let mut next = vec![pid];
+    while let Some(parent) = next.pop() {
+        for (child, stat) in children.remove(&parent).unwrap_or_default() {
+            next.push(child);
+            if stat.is_alive() {
+                found.push(tree::Identity {
+                    pid: child,
+                    start_time: stat.start_time,
+                });
+            }
+        }
+    }
+    found
+}
+
+/// Elsewhere the command's marker finds its processes (`tree::stop_all`).
+#[cfg(all(unix, not(target_os = "linux")))]
+fn descendants_of(_pid: i32) -> Vec<crate::process::tree::Identity> {
+    Vec::new()
 }
 
 /// Serves `proc`'s allowlist proxy on `listener` until its actor lets go (the daemon's side of

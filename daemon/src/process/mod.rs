@@ -233,6 +233,9 @@ pub struct ProcessFacts {
     /// What makes an identical `exec` its twin, when it was started by one that may be reused
     /// ([`twins`]); `None`: never reused.
     pub twin: Option<twins::TwinKey>,
+    /// `timeout_ms`, counted from `started_at`: the record keeps the deadline it makes, so a
+    /// daemon that re-adopts the process re-arms it.
+    pub timeout: Option<Duration>,
 }
 
 impl ProcessFacts {
@@ -254,6 +257,9 @@ impl ProcessFacts {
                 .as_ref()
                 .map(|s| Arc::new(crate::sandbox::Confinement::from_record(s))),
             twin: record.twin.as_deref().and_then(twins::TwinKey::from_hex),
+            timeout: record.timeout_at_ms.map(|at| {
+                Duration::from_millis(u64::try_from(at - record.started_at_ms).unwrap_or(0))
+            }),
         }
     }
 
@@ -295,6 +301,10 @@ impl ProcessFacts {
             tty: self.tty,
             sandbox: self.sandbox.as_ref().map(|s| s.to_record()),
             twin: self.twin.map(twins::TwinKey::to_hex),
+            timeout_at_ms: self.timeout.map(|t| {
+                unix_ms(self.started_at)
+                    .saturating_add(i64::try_from(t.as_millis()).unwrap_or(i64::MAX))
+            }),
         }
     }
 }
