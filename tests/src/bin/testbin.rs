@@ -36,6 +36,18 @@
 //!   closed (`read N`, within a second of quiet), or `refused: <error>` and exit 1.
 //! - `proxy-get URL`: a plain-HTTP GET through `$HTTP_PROXY`; print the response's status line
 //!   and body, or `refused: <error>` and exit 1.
+//! - `undumpable-daemon SECS`: daemonise like `double-fork SECS detach`, and the grandchild also
+//!   makes itself non-dumpable (`prctl(PR_SET_DUMPABLE, 0)`, as `ssh-agent` does) before its
+//!   `ready` line: its `/proc/<pid>` then belongs to root, so an unprivileged daemon cannot read
+//!   its environment (nor its marker).
+//! - `fork-chain TAG MS`: leave the session, print `ready`, then for ever: fork, and the parent
+//!   exits at once; the child waits MS milliseconds (0: none) and does the same. One process of
+//!   the chain is alive at a time, each with a new pid. Ignores SIGTERM. TAG only marks the
+//!   command line, so a test can find the chain's current process.
+//! - `setsid-bomb TAG MS NPROC`: set `ulimit -u NPROC` (RLIMIT_NPROC) and ignore SIGTERM; then
+//!   every process leaves its session and forks, again and again (every MS milliseconds,
+//!   retrying when the fork is refused), and each child does the same: a fork bomb bounded only
+//!   by the limit, which does not bind root, so it refuses to run as root.
 //! - `proxy-connect HOST:PORT`: a `CONNECT` through `$HTTPS_PROXY`; print the status line, then,
 //!   when the tunnel is open, what the far end sends first.
 
@@ -94,6 +106,22 @@ fn hex(bytes: &[u8]) -> String {
 fn fork() -> nix::unistd::ForkResult {
     // SAFETY: the testbin is single-threaded when it forks.
     unsafe { nix::unistd::fork() }.expect("fork")
+}
+
+/// Points stdio at `/dev/null`, as daemons do (and so a test's pipes close).
+fn to_dev_null() {
+    use std::os::fd::AsRawFd;
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .expect("/dev/null");
+    for fd in 0..3 {
+        // SAFETY: dup2 onto the standard descriptors of this process.
+        unsafe {
+            libc::dup2(null.as_raw_fd(), fd);
+        }
+    }
 }
 
 /// Prints why the network refused, and exits 1.
@@ -365,6 +393,88 @@ fn main() {
             match through_proxy("HTTPS_PROXY", request.as_bytes()) {
                 Ok(answer) => print!("{answer}"),
                 Err(e) => refused(e),
+            }
+        }
+        "undumpable-daemon" => {
+            let secs = arg_u64(&args, 2, 60);
+            match fork() {
+                nix::unistd::ForkResult::Parent { child } => {
+                    let _ = nix::sys::wait::waitpid(child, None);
+                }
+                nix::unistd::ForkResult::Child => {
+                    let _ = nix::unistd::setsid();
+                    if let nix::unistd::ForkResult::Child = fork() {
+                        let _ = nix::sys::prctl::set_dumpable(false);
+                        let mut out = std::io::stdout().lock();
+                        let _ = writeln!(out, "ready {} {}", std::process::id(), start_time());
+                        let _ = out.flush();
+                        drop(out);
+                        to_dev_null();
+                        std::thread::sleep(Duration::from_secs(secs));
+                    }
+                }
+            }
+        }
+        "fork-chain" => {
+            let ms = arg_u64(&args, 3, 0);
+            // SAFETY: installing SIG_IGN has no preconditions; children inherit it.
+            unsafe {
+                libc::signal(libc::SIGTERM, libc::SIG_IGN);
+            }
+            let _ = nix::unistd::setsid();
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "ready {} {}", std::process::id(), start_time());
+            let _ = out.flush();
+            drop(out);
+            to_dev_null();
+            loop {
+                // SAFETY: the testbin is single-threaded when it forks.
+                match unsafe { nix::unistd::fork() } {
+                    Ok(nix::unistd::ForkResult::Parent { .. }) => std::process::exit(0),
+                    Ok(nix::unistd::ForkResult::Child) => {
+                        if ms > 0 {
+                            std::thread::sleep(Duration::from_millis(ms));
+                        }
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(1)),
+                }
+            }
+        }
+        "setsid-bomb" => {
+            if nix::unistd::geteuid().is_root() {
+                eprintln!(
+                    "yieldshell-testbin: setsid-bomb refuses to run as root (ulimit -u does not bind root)"
+                );
+                std::process::exit(2);
+            }
+            let ms = arg_u64(&args, 3, 1);
+            let nproc = arg_u64(&args, 4, 300);
+            if let Err(e) = nix::sys::resource::setrlimit(
+                nix::sys::resource::Resource::RLIMIT_NPROC,
+                nproc,
+                nproc,
+            ) {
+                eprintln!("yieldshell-testbin: setrlimit: {e}");
+                std::process::exit(2);
+            }
+            // SAFETY: installing SIG_IGN has no preconditions; children inherit it.
+            unsafe {
+                libc::signal(libc::SIGTERM, libc::SIG_IGN);
+            }
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "ready {} {}", std::process::id(), start_time());
+            let _ = out.flush();
+            drop(out);
+            to_dev_null();
+            loop {
+                let _ = nix::unistd::setsid();
+                // SAFETY: the testbin is single-threaded when it forks. A child goes round the
+                // same loop: it leaves the session and forks in turn.
+                if let Err(_) | Ok(nix::unistd::ForkResult::Parent { .. }) =
+                    unsafe { nix::unistd::fork() }
+                {
+                    std::thread::sleep(Duration::from_millis(ms.max(1)));
+                }
             }
         }
         other => {
