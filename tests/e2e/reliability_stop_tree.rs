@@ -233,10 +233,10 @@ async fn a_non_dumpable_daemon_is_stopped_as(
         agent_pid(&u.output(&id)).and_then(Pid::of)
     })
     .await;
-    // The premise: its /proc entry is root's, so its environment (and marker) is unreadable.
+    // The premise: its /proc files are root's, so its environment (and marker) is unreadable.
     use std::os::unix::fs::MetadataExt;
     assert_eq!(
-        std::fs::metadata(format!("/proc/{}", agent.pid))
+        std::fs::metadata(format!("/proc/{}/environ", agent.pid))
             .expect("proc entry")
             .uid(),
         0,
