@@ -135,7 +135,7 @@ async fn a_holder_stopped_by_its_own_command_is_resumed_and_the_stop_is_quick() 
     .await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread")]
 async fn the_daemons_shutdown_and_the_next_daemon_resume_a_stopped_holder() {
     // Shutdown: a stopped holder reaps nothing and reports nothing until it is resumed.
     let mut d = TestDaemon::start_configured(&[], "shutdown_grace_ms = 1000\n").await;
