@@ -61,6 +61,44 @@ fn unique_tag(d: &std::path::Path, what: &str) -> String {
     )
 }
 
+/// How long a chain or bomb lives at most (the testbin's UNTIL argument): long enough for any
+/// test to grow and stop it on a loaded machine, short enough that one leaked by a killed test
+/// run ends on its own within a minute.
+const FORK_LIFETIME: Duration = Duration::from_secs(60);
+
+/// The deadline a forking testbin mode inherits: the testbin's UNTIL argument (milliseconds
+/// since the Unix epoch), and the same moment as an `Instant`, by which a stop must have ended
+/// (a stop that "succeeds" after it only saw the chain expire proves nothing).
+fn fork_deadline() -> (u64, Instant) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970");
+    (
+        (now + FORK_LIFETIME).as_millis() as u64,
+        Instant::now() + FORK_LIFETIME,
+    )
+}
+
+/// Fails when the forking program may have expired on its own before `at`.
+fn assert_before_expiry(expires: Instant, at: Instant) {
+    assert!(
+        at + Duration::from_secs(1) < expires,
+        "the chain or bomb was about to expire on its own when the stop ended: the test proves \
+         nothing on a machine this slow"
+    );
+}
+
+/// Whether a `fork-chain` holding the lock file `lock` has a live process: every process of the
+/// chain holds its lock, and a scan of `/proc` mostly misses a process that lives a millisecond.
+fn chain_alive(lock: &std::path::Path) -> bool {
+    let f = std::fs::File::open(lock).expect("the chain's lock file");
+    match f.try_lock() {
+        Ok(()) => false,
+        Err(std::fs::TryLockError::WouldBlock) => true,
+        Err(e) => panic!("flock: {e:?}"),
+    }
+}
+
 /// The state letter of `pid` (`T` when stopped).
 fn state_of(pid: i32) -> Option<u8> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -71,26 +109,32 @@ fn state_of(pid: i32) -> Option<u8> {
 async fn a_fork_and_exit_chain_is_stopped_and_reported_stopped_only_once_gone() {
     let d = TestDaemon::start().await;
     let c = d.session();
-    let tag = unique_tag(d.dir.path(), "chain");
+    let lock = d.dir.path().join("chain.lock");
+    let (until, expires) = fork_deadline();
     let id = c
-        .spawn_bg(&format!("{} fork-chain {tag} 1; exec sleep 600", testbin()))
+        .spawn_bg(&format!(
+            "{} fork-chain {} 1 {until}; exec sleep 600",
+            testbin(),
+            lock.display()
+        ))
         .await;
     let first = c.ready_pids(&id, 1).await[0];
-    // The premise: the chain has moved on to pids of its own.
+    // The premise: the chain has moved on to pids of its own (its first process exits only once
+    // it has forked the next), and it still runs.
     eventually("the chain to move on", || async {
-        tagged(&tag).iter().any(|p| *p != first.pid).then_some(())
+        (!first.alive()).then_some(())
     })
     .await;
+    assert!(chain_alive(&lock), "the chain ended before the stop");
     let started = Instant::now();
     let r = c.stop(&id, "TERM", GRACE_MS).await.expect("stop");
     let took = started.elapsed();
-    let left = tagged(&tag);
+    let escaped = chain_alive(&lock);
+    assert_before_expiry(expires, Instant::now());
+    let tag = lock.display().to_string();
     kill_tagged(&tag);
     println!("fork-and-exit chain: stop took {took:?}, {r:?}");
-    assert!(
-        left.is_empty(),
-        "the chain escaped the stop: {left:?}; {r:?}"
-    );
+    assert!(!escaped, "the chain escaped the stop: {r:?}");
     assert!(r.stopped, "{r:?}");
     assert!(
         took < Duration::from_millis(GRACE_MS) + STOP_SLACK,
@@ -294,24 +338,24 @@ async fn as_a_user_ssh_agent_is_stopped_with_its_tree() {
 #[ignore = "needs root (runs the daemon as another uid): run .ci/test-extra as root"]
 async fn as_a_user_a_fork_and_exit_chain_is_stopped() {
     let u = AsUser::start(64_203).await;
-    let tag = unique_tag(u.dir.path(), "chain");
+    let lock = u.dir.path().join("chain.lock");
+    let (until, expires) = fork_deadline();
     let id = u.spawn_bg(&format!(
-        "{} fork-chain {tag} 1; exec sleep 600",
-        u.testbin()
+        "{} fork-chain {} 1 {until}; exec sleep 600",
+        u.testbin(),
+        lock.display()
     ));
     let first = ready_as(&u, &id, 1).await[0];
     eventually("the chain to move on", || async {
-        u.processes_with(&tag)
-            .iter()
-            .any(|p| *p != first.pid)
-            .then_some(())
+        (!first.alive()).then_some(())
     })
     .await;
+    assert!(chain_alive(&lock), "the chain ended before the stop");
     let (r, took) = stop_as(&u, &id, GRACE_MS);
-    let left = u.processes_with(&tag);
-    kill_tagged(&tag);
+    let escaped = chain_alive(&lock);
+    assert_before_expiry(expires, Instant::now());
     println!("fork-and-exit chain as a user: stop took {took:?}: {r}");
-    assert!(left.is_empty(), "the chain escaped the stop: {left:?}; {r}");
+    assert!(!escaped, "the chain escaped the stop: {r}");
     assert_eq!(r["stopped"], true, "{r}");
     assert_eq!(r["status"], "stopped", "{r}");
     assert!(
@@ -326,7 +370,17 @@ async fn as_a_user_a_fork_bomb_of_setsid_children_is_stopped() {
     const FORCE_AFTER_MS: u64 = 1000;
     let u = AsUser::start(64_204).await;
     let tag = unique_tag(u.dir.path(), "bomb");
-    let id = u.spawn_bg(&format!("exec {} setsid-bomb {tag} 1 300", u.testbin()));
+    let (until, expires) = fork_deadline();
+    // Each process retries a refused fork every 10 ms. Every `setsid` child is a session, and so
+    // (with the kernel's per-session autogroups) a scheduling group of its own, as weighty as
+    // the daemon's: at 1 ms ~290 of them keep both cores busy and the machine's every process,
+    // this test's daemon and `yieldctl` included, runs at a fraction of its speed (the stop
+    // still ends the bomb, measured at 8 s there: docs/RELIABILITY.md). 10 ms still refills every
+    // slot a kill frees within milliseconds, which is what defeats kill-what-you-found.
+    let id = u.spawn_bg(&format!(
+        "exec {} setsid-bomb {tag} 10 300 {until}",
+        u.testbin()
+    ));
     // The bomb fills the user's process limit (the daemon's own threads count too).
     let grown = eventually("the bomb to grow", || async {
         let n = u.processes_with(&tag).len();
@@ -335,7 +389,7 @@ async fn as_a_user_a_fork_bomb_of_setsid_children_is_stopped() {
     .await;
     let (r, took) = stop_as(&u, &id, FORCE_AFTER_MS);
     let left = u.processes_with(&tag);
-    kill_tagged(&tag);
+    assert_before_expiry(expires, Instant::now());
     println!(
         "setsid fork bomb as a user ({grown}+ processes): stop took {took:?}, {} left: {r}",
         left.len()

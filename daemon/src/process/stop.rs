@@ -202,6 +202,7 @@ impl StopRun {
             self.give_up_at = Some(now + KILL_GIVE_UP);
             tree.wake_holder();
             self.members = freeze_and_kill(tree, pgid, process_id).await;
+            tracing::debug!(%process_id, killed = self.members.len(), late = ?now.saturating_duration_since(self.kill_at), took = ?now.elapsed(), "escalated to SIGKILL");
             self.next_rescan = now + STOP_RESCAN;
         } else if now >= self.next_rescan {
             tree.wake_holder();
@@ -231,6 +232,7 @@ impl StopRun {
             let id = process_id.to_string();
             let rest = tree::off_runtime(tree, move |t| t.find_escapees(&id)).await;
             if rest.is_empty() {
+                tracing::debug!(%process_id, "tree gone");
                 return Tick::Gone;
             }
             if current == Signal::SIGKILL {

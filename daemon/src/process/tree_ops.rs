@@ -83,12 +83,14 @@ pub fn freeze_with(
 ) -> Vec<Identity> {
     let mut frozen: Vec<Identity> = Vec::new();
     let mut seen = std::collections::HashSet::new();
+    let started = std::time::Instant::now();
     for round in 0..FREEZE_ROUNDS {
         let found = find();
         let fresh: Vec<Identity> = found.iter().copied().filter(|m| seen.insert(*m)).collect();
         // The first round pauses even an empty find: the group may have members a scan of a
         // moment ago did not see yet.
         if fresh.is_empty() && round > 0 {
+            tracing::debug!(rounds = round + 1, processes = found.len(), took = ?started.elapsed(), "tree frozen");
             return found;
         }
         pause(&fresh);

@@ -4,7 +4,8 @@
 //!
 //! Each test passes a uid of its own that no account and no other test uses (the fixture runs as
 //! root, through `setpriv`): `ulimit -u` counts every process of a uid, so two tests sharing
-//! one would limit each other, and on drop every process left with that uid is killed.
+//! one would limit each other, and on drop every process left with that uid is killed
+//! ([`kill_uid`]: as that uid, `kill -9 -1`, until none is left), however the test ends.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -44,6 +45,10 @@ impl AsUser {
     pub async fn start(uid: u32) -> AsUser {
         require_root("run a daemon as an unprivileged user (through setpriv)");
         let setpriv = require_tool("setpriv", "util-linux");
+        // An earlier run of this test that was killed before its guard ran may have left
+        // processes of the uid behind: they would count against its `ulimit -u`.
+        let stale = kill_uid(&setpriv, uid);
+        assert!(stale.is_empty(), "cannot clear uid {uid}: {stale:?} remain");
         let bins = tempfile::Builder::new()
             .prefix("ys-bin-")
             .tempdir_in("/tmp")
@@ -201,19 +206,39 @@ impl Drop for AsUser {
     fn drop(&mut self) {
         let _ = self.terminate();
         // Whatever still runs as this test's own uid is a leak of the test: end it.
-        for _ in 0..100 {
-            let left = processes_of_uid(self.uid);
-            if left.is_empty() {
-                break;
-            }
-            for pid in left {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let left = kill_uid(&self.setpriv, self.uid);
+        if !left.is_empty() && !std::thread::panicking() {
+            panic!(
+                "processes of uid {} outlived their test: {left:?}",
+                self.uid
+            );
         }
+    }
+}
+
+/// Kills every process of `uid` (a test's own uid: no account has it) until none is left, as
+/// that uid: `kill -9 -1` signals every process the caller may signal but itself, in one
+/// pass of the kernel over the process table, so a fork bomb cannot fork away from it the way it
+/// outruns a kill per pid read from `/proc`. Repeated (a fork can race the pass) for at most
+/// [`TIMEOUT`]; returns what is still left then (nothing, normally).
+pub fn kill_uid(setpriv: &Path, uid: u32) -> Vec<i32> {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let left = processes_of_uid(uid);
+        if left.is_empty() || Instant::now() > deadline {
+            return left;
+        }
+        let _ = Command::new(setpriv)
+            .args(["--reuid", &uid.to_string()])
+            .args(["--regid", &uid.to_string()])
+            .arg("--clear-groups")
+            // procps `kill` reads `-1` after a signal as the pid -1 (and takes no `--`).
+            .args(["--", "kill", "-9", "-1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
