@@ -471,20 +471,47 @@ pub fn find_tree(leader_pgid: Option<i32>, _process_id: &str) -> Vec<Identity> {
 /// process group each member leads, if any: a process whose pid is a group's id created that
 /// group, and every process in it is its descendant or joined from its session, so the kernel
 /// delivers the signal to children forked meanwhile too (a fork racing a group signal is
-/// restarted, its child included). For other members `killpg` only finds no such group.
+/// restarted, its child included). For other members `killpg` only finds no such group. They
+/// also go to the group each member is in (see the comment there).
 pub fn signal_tree(leader_pgid: Option<i32>, members: &[Identity], signal: Signal) {
     if let Some(g) = leader_pgid {
         let _ = killpg(Pid::from_raw(g), signal);
     }
     let to_groups = matches!(signal, Signal::SIGSTOP | Signal::SIGKILL | Signal::SIGCONT);
+    let ours = to_groups.then(own_group_and_session);
     for m in members {
-        if is_alive(*m) {
-            let _ = kill(Pid::from_raw(m.pid), signal);
-            if to_groups && Some(m.pid) != leader_pgid {
+        if !is_alive(*m) {
+            continue;
+        }
+        let _ = kill(Pid::from_raw(m.pid), signal);
+        if let Some((own_group, own_session)) = ours {
+            if Some(m.pid) != leader_pgid {
                 let _ = killpg(Pid::from_raw(m.pid), signal);
+            }
+            // The member's own group too, when another process leads it: a fork-and-exit
+            // chain's processes share the group of one long gone, and a group signal stops
+            // (or kills) the one alive now and the child it is forking, where a signal to a
+            // pid read a moment ago finds that pid gone. Never the daemon's own group or any
+            // group of its session (a marked process could have joined one).
+            if let Some(stat) = read_stat(m.pid).filter(|s| s.start_time == m.start_time)
+                && stat.pgrp > 1
+                && stat.pgrp != m.pid
+                && Some(stat.pgrp) != leader_pgid
+                && stat.pgrp != own_group
+                && stat.session != own_session
+            {
+                let _ = killpg(Pid::from_raw(stat.pgrp), signal);
             }
         }
     }
+}
+
+/// The daemon's own process group and session, which a tree's signals never reach.
+fn own_group_and_session() -> (i32, i32) {
+    (
+        nix::unistd::getpgrp().as_raw(),
+        nix::unistd::getsid(None).map_or(0, |s| s.as_raw()),
+    )
 }
 
 /// How managed trees are contained on this platform, for `Status` and the docs.
@@ -554,23 +581,54 @@ impl SystemTree {
     }
 }
 
+/// How often [`live_children`] reads the holder's list at most before it settles for what it saw.
+#[cfg(target_os = "linux")]
+const CHILD_LIST_READS: usize = 1000;
+
 /// The live children of `holder` (Linux: `/proc/<pid>/task/<pid>/children`; the holder has one
 /// thread). The holder is its tree's subreaper, so the tree is gone exactly when this is empty:
 /// a fork-and-exit chain that a scan of the whole table can miss (its one process has always
 /// just gone) always has a process here, or under one. `None` when it cannot tell: the holder
 /// is gone, or `/proc` lacks the list (and on other systems).
+///
+/// A list whose children are all dead is read again: a child that was alive when the list was
+/// read and died before it was looked at has handed its own children to the holder meanwhile
+/// (the kernel re-parents them before the dying process turns zombie), and they are not in the
+/// list read before. Empty is said only of an empty list, or of one whose every child was
+/// already in a previous list and found dead there; otherwise (the holder keeps gaining
+/// children, [`CHILD_LIST_READS`] times) the last list's dead children are returned, which a
+/// caller takes for "not gone yet" and looks again.
 #[cfg(target_os = "linux")]
 fn live_children(holder: Identity) -> Option<Vec<Identity>> {
-    if !is_alive(holder) {
-        return None;
-    }
-    let list = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", holder.pid)).ok()?;
-    Some(
-        list.split_ascii_whitespace()
+    let path = format!("/proc/{0}/task/{0}/children", holder.pid);
+    let mut dead_before: Vec<i32> = Vec::new();
+    let mut last = Vec::new();
+    for _ in 0..CHILD_LIST_READS {
+        if !is_alive(holder) {
+            return None;
+        }
+        let pids: Vec<i32> = std::fs::read_to_string(&path)
+            .ok()?
+            .split_ascii_whitespace()
             .filter_map(|p| p.parse::<i32>().ok())
-            .filter_map(identify)
-            .collect(),
-    )
+            .collect();
+        let live: Vec<Identity> = pids.iter().copied().filter_map(identify).collect();
+        if !live.is_empty() {
+            return Some(live);
+        }
+        if pids.iter().all(|p| dead_before.contains(p)) {
+            return Some(Vec::new());
+        }
+        last = pids
+            .iter()
+            .map(|p| Identity {
+                pid: *p,
+                start_time: 0,
+            })
+            .collect();
+        dead_before.extend(pids);
+    }
+    Some(last)
 }
 
 /// Every live descendant of `holder`, walking the kernel's lists of children down from it
