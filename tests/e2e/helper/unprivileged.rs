@@ -207,11 +207,16 @@ impl Drop for AsUser {
         let _ = self.terminate();
         // Whatever still runs as this test's own uid is a leak of the test: end it.
         let left = kill_uid(&self.setpriv, self.uid);
-        if !left.is_empty() && !std::thread::panicking() {
-            panic!(
+        if !left.is_empty() {
+            let msg = format!(
                 "processes of uid {} outlived their test: {left:?}",
                 self.uid
             );
+            if std::thread::panicking() {
+                eprintln!("{msg}");
+            } else {
+                panic!("{msg}");
+            }
         }
     }
 }
