@@ -245,11 +245,13 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<Ended
         let d = daemon.clone();
         async move {
             let mut leaders = Vec::new();
+            let mut holders = Vec::new();
             let mut ids = Vec::new();
             for p in d.registry.all() {
                 let s = p.state();
                 if !s.settled || s.descendants > 0 || s.status == process::Status::Running {
                     leaders.extend(s.identity);
+                    holders.extend(p.holder);
                     ids.push(p.facts.id.clone());
                 }
             }
@@ -258,7 +260,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<Ended
             }
             tracing::info!(processes = ids.len(), "stopping every managed tree");
             let _ = tokio::task::spawn_blocking(move || {
-                process::tree::stop_all(&leaders, &ids, grace);
+                process::tree::stop_all(&leaders, &holders, &ids, grace);
             })
             .await;
         }

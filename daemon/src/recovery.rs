@@ -286,5 +286,7 @@ fn stop_leftovers(leftovers: &[Leftover]) {
     // per-process sweeps would delay the new daemon's start by minutes.
     let leaders: Vec<Identity> = leftovers.iter().filter_map(|l| l.leader).collect();
     let ids: Vec<String> = leftovers.iter().map(|l| l.process_id.clone()).collect();
-    tree::stop_all(&leaders, &ids, LEFTOVER_GRACE);
+    // Their holders are gone (a live one is re-adopted instead): the marker and the groups
+    // whose leaders still match are what is left to find them by.
+    tree::stop_all(&leaders, &[], &ids, LEFTOVER_GRACE);
 }

@@ -107,9 +107,10 @@ impl Daemon {
             }
             tracing::error!(process_id = %proc.facts.id, "the process's supervisor panicked; killing its tree");
             let leaders: Vec<_> = proc.state().identity.into_iter().collect();
+            let holders: Vec<_> = proc.holder.into_iter().collect();
             let ids = [proc.facts.id.clone()];
             let _ = tokio::task::spawn_blocking(move || {
-                process::tree::stop_all(&leaders, &ids, Duration::ZERO);
+                process::tree::stop_all(&leaders, &holders, &ids, Duration::ZERO);
             })
             .await;
             proc.mark_supervisor_lost();

@@ -52,11 +52,15 @@ pub enum ErrorKind {
     /// A sandboxed client asked for more than its own sandbox allows (to write to, stop or
     /// clean up a process with a wider sandbox, or to stop the daemon).
     SandboxDenied,
+    /// A stop could not end the whole tree: processes of it survived SIGKILL (uninterruptible
+    /// sleep, or another user's). The process is not recorded as stopped, and the daemon goes
+    /// on killing them.
+    StopIncomplete,
 }
 
 impl ErrorKind {
     /// Every kind, for round-trip tests and documentation.
-    pub const ALL: [ErrorKind; 18] = [
+    pub const ALL: [ErrorKind; 19] = [
         ErrorKind::UnknownProcess,
         ErrorKind::UnknownSession,
         ErrorKind::ProcessExited,
@@ -75,6 +79,7 @@ impl ErrorKind {
         ErrorKind::Internal,
         ErrorKind::SandboxUnavailable,
         ErrorKind::SandboxDenied,
+        ErrorKind::StopIncomplete,
     ];
 
     /// Stable snake_case name used on the wire and in JSON error bodies.
@@ -98,6 +103,7 @@ impl ErrorKind {
             ErrorKind::Internal => "internal",
             ErrorKind::SandboxUnavailable => "sandbox_unavailable",
             ErrorKind::SandboxDenied => "sandbox_denied",
+            ErrorKind::StopIncomplete => "stop_incomplete",
         }
     }
 
@@ -146,6 +152,7 @@ impl ErrorKind {
             ErrorKind::LimitReached => Code::ResourceExhausted,
             ErrorKind::InvalidArgument => Code::InvalidArgument,
             ErrorKind::SpawnFailed | ErrorKind::Internal => Code::Internal,
+            ErrorKind::StopIncomplete => Code::Aborted,
             ErrorKind::ShuttingDown | ErrorKind::DaemonUnavailable => Code::Unavailable,
         }
     }

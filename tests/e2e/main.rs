@@ -48,6 +48,7 @@ mod reliability_load;
 mod reliability_output_race;
 mod reliability_security;
 mod reliability_spool;
+mod reliability_stop_tree;
 mod remote_ssh;
 mod sandbox;
 mod session_reconnect;

@@ -3,12 +3,13 @@
 //!
 //! Containment on Linux (`docs/RELIABILITY.md`): every command runs in its own session and
 //! process group (`killpg` reaches everything that stays in it); descendants that leave it are
-//! found by the `YIELDSHELL_PROCESS_ID` marker in their environment (`/proc` sweep); the daemon is
-//! a child subreaper, so orphans come back to it and are reaped at once. A stop sends SIGTERM
+//! found as live descendants of the process's holder (its tree's child subreaper: every orphan of
+//! the tree comes back to it and is reaped at once), and by the `YIELDSHELL_PROCESS_ID` marker in
+//! their environment when no holder is alive to be their ancestor. A stop sends SIGTERM
 //! (plus SIGCONT) to all of them, rescans for new forks, and SIGKILLs what is left after the
 //! grace period.
 //!
-//! | row | descendant | leaves the group | process group alone | group + marker sweep (ours) |
+//! | row | descendant | leaves the group | process group alone | group + holder's descendants + marker (ours) |
 //! |---|---|---|---|---|
 //! | a | `child &` | no | stopped | stopped |
 //! | b | `setsid` grandchild | yes | **missed** | stopped |
@@ -16,10 +17,10 @@
 //! | c′ | same, stdio on `/dev/null`, its shell already exited | yes | **missed** | stopped |
 //! | d | child ignoring SIGTERM | no | stopped (SIGKILL after grace) | stopped (SIGKILL after grace) |
 //! | e | bounded fork loop ignoring SIGTERM | no | stopped (rescans, SIGKILL) | stopped (rescans, SIGKILL) |
-//! | f | double-forked daemon that also clears its environment (`env -i`) | yes | **missed** | **missed** (documented escape; needs cgroups) |
+//! | f | double-forked daemon that also clears its environment (`env -i`) | yes | **missed** | stopped (a descendant of the holder; missed before issue 29) |
 //!
 //! The test checks each row's premise too: the escapees of b, c, c′ and f really run outside the
-//! shell's process group, so only the marker sweep can have stopped them.
+//! shell's process group, so only the holder's ancestry or the marker can have stopped them.
 
 use std::time::{Duration, Instant};
 
@@ -116,7 +117,7 @@ async fn f13_stop_takes_down_each_kind_of_descendant_as_the_matrix_says() {
             ready: 1,
             leaves_group: true,
             shell_exits: false,
-            stopped: false,
+            stopped: true,
         },
     ];
     let mut report = Vec::new();
@@ -195,7 +196,7 @@ async fn f13_stop_takes_down_each_kind_of_descendant_as_the_matrix_says() {
             survivors.is_empty()
         ));
     }
-    println!("F13 containment matrix (session + process group + marker sweep):");
+    println!("F13 containment matrix (session + process group + holder's descendants + marker):");
     for line in report {
         println!("  {line}");
     }

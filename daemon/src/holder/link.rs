@@ -806,8 +806,33 @@ pub fn attach(dir: &Path) -> io::Result<Held> {
     } else {
         connect_long(dir)?
     };
+    wake_listener(&sock);
     greeted(sock, None)
 }
+
+/// Resumes (SIGCONT) the holder that listens on the other end of `sock`, in case its own command
+/// stopped it (`kill -STOP $PPID`): a stopped holder accepts no connection and greets no daemon,
+/// and the next daemon would wait out the handshake for each such process before it serves.
+/// The peer is the process that bound the socket in our own private process directory (Linux:
+/// `SO_PEERCRED`), and of our uid: a holder of ours.
+#[cfg(target_os = "linux")]
+fn wake_listener(sock: &UnixStream) {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    if let Ok(cred) = getsockopt(sock, PeerCredentials)
+        && cred.uid() == nix::unistd::geteuid().as_raw()
+        && cred.pid() > 1
+    {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(cred.pid()),
+            nix::sys::signal::Signal::SIGCONT,
+        );
+    }
+}
+
+/// Elsewhere the peer's pid is not at hand: a stopped holder is waited for (the handshake's
+/// timeout), as before.
+#[cfg(not(target_os = "linux"))]
+fn wake_listener(_sock: &UnixStream) {}
 
 /// Connects to the holder socket in `dir` when its path is too long for a socket address (104
 /// bytes on macOS, 108 on Linux): on Linux through the directory's descriptor, a short path

@@ -18,7 +18,8 @@
 //! Draining  ──EOF, or drain grace over─────▶ Lingering (descendants left) or Settled  [settles]
 //! Lingering ──recount finds none───────────▶ Settled
 //! Lingering, Settled ──stop────────────────▶ Stopping   stays settled
-//! Stopping  ──tree gone, or SIGKILL given up▶ Closing   (Settled if it was settled before)
+//! Stopping  ──tree gone─────────────────────▶ Closing   (Settled if it was settled before)
+//! Stopping  ──SIGKILL survivors after 10 s──▶ Stopping  callers told; never recorded as stopped
 //! Closing   ──EOF, or reader cutoff────────▶ Settled    [settles; stops answered now]
 //! Settled   ──readers done, sweep finds none▶ the actor ends
 //! Settled   ──sweep finds escapees─────────▶ Lingering
@@ -616,8 +617,17 @@ impl<T: ProcessTree> Actor<T> {
                     .await
                 {
                     Tick::Continue => {}
-                    Tick::Gone => self.finish_stop(true),
-                    Tick::GaveUp => self.finish_stop(false),
+                    Tick::Gone => self.finish_stop(),
+                    Tick::GaveUp { left } => {
+                        // Never recorded as stopped while something of it runs: the callers
+                        // hear how many survived, the process stays as it was (running, or
+                        // settled with its descendants counted), and the stop goes on.
+                        let outcome = run.outcome(false, left);
+                        let replies = run.take_waiters().into_iter().map(|w| (w, outcome));
+                        answer(replies.collect());
+                        let n = u32::try_from(left).unwrap_or(u32::MAX);
+                        self.update(|s| s.descendants = n);
+                    }
                 }
             }
             Phase::Closing { cutoff, .. } | Phase::Settled { cutoff, .. } => {
@@ -736,6 +746,7 @@ impl<T: ProcessTree> Actor<T> {
                 let nothing = StopOutcome {
                     stopped: false,
                     escalated: false,
+                    survivors: 0,
                 };
                 replies.extend(reply.map(|r| (r, nothing)));
                 return;
@@ -765,18 +776,19 @@ impl<T: ProcessTree> Actor<T> {
                     let _ = w.send(StopOutcome {
                         stopped: false,
                         escalated: false,
+                        survivors: 0,
                     });
                 }
             }
         }
     }
 
-    /// The stop is over: the tree is gone (`gone`), or processes survived SIGKILL.
-    fn finish_stop(&mut self, gone: bool) {
+    /// The stop is over: the tree is gone.
+    fn finish_stop(&mut self) {
         let Phase::Stopping(run) = std::mem::replace(&mut self.phase, Phase::Done) else {
             return;
         };
-        let outcome = run.outcome(gone);
+        let outcome = run.outcome(true, 0);
         let decides_status = run.interrupted == Interrupted::Run;
         let duration = self.proc.started.elapsed();
         self.update(|s| {

@@ -152,6 +152,10 @@ pub struct StopOutcome {
     pub stopped: bool,
     /// SIGKILL had to be sent.
     pub escalated: bool,
+    /// Processes of the tree still alive when the stop's callers were answered without the tree
+    /// being gone: they survived SIGKILL for `KILL_GIVE_UP` (uninterruptible sleep, or not ours
+    /// to signal). The stop goes on; the process is not recorded as stopped.
+    pub survivors: usize,
 }
 
 /// A control for the actor.

@@ -2,9 +2,21 @@
 //! gone, gets SIGKILL after the grace period, and new forks are caught by periodic rescans.
 //!
 //! Each process gets the stop's signal once: the group first (one `killpg` reaches the shell and
-//! everything that stayed in its group), then the marked processes outside it, and later only
-//! processes the rescans have not seen before — a second SIGTERM means "force" to many programs.
-//! SIGKILL, once escalated, is sent to everything found each time.
+//! everything that stayed in its group), then the members outside it, and later only processes
+//! the rescans have not seen before — a second SIGTERM means "force" to many programs.
+//!
+//! SIGKILL is never sent to a tree that is still forking: the tree is frozen first
+//! ([`tree::freeze_tree`]: SIGSTOP to everything found, rescans until nothing new appears), then
+//! killed, and each later rescan that finds anything freezes and kills again. A fork bomb or a
+//! fork-and-exit chain cannot outrun that, where it outran kill-what-you-found.
+//!
+//! The tree is gone only when the shell has exited, its group is empty and the holder (the
+//! tree's subreaper) has no live child. Processes that survive SIGKILL for [`KILL_GIVE_UP`]
+//! (uninterruptible sleep, or not ours to signal) are reported (`Tick::GaveUp`) and never
+//! recorded as stopped: the stop goes on killing them, more slowly, until they are gone.
+//!
+//! A holder stopped by its own command (`kill -STOP $PPID`) is resumed when the stop begins and
+//! at every rescan ([`ProcessTree::wake_holder`]): stopped, it reaps nothing and reports no exit.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -20,8 +32,11 @@ use super::{StopOutcome, StopReason};
 pub(super) const STOP_POLL: Duration = Duration::from_millis(2);
 /// How often a stop rescans for processes forked since it began.
 pub(super) const STOP_RESCAN: Duration = Duration::from_millis(100);
-/// After SIGKILL, how long to wait for processes that cannot die (uninterruptible sleep).
-pub(super) const KILL_GIVE_UP: Duration = Duration::from_secs(10);
+/// After SIGKILL, how long to wait for processes that cannot die (uninterruptible sleep) before
+/// the stop's callers are told that they survived.
+pub(super) const KILL_GIVE_UP: Duration = tree::KILL_GIVE_UP;
+/// Once the callers were told, how often the stop still looks for (and kills) the survivors.
+pub(super) const SURVIVOR_POLL: Duration = Duration::from_millis(500);
 
 /// What a stop interrupted, which decides how its end is recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,8 +61,12 @@ pub(super) enum Tick {
     Continue,
     /// The shell has exited and nothing of the tree is left.
     Gone,
-    /// Processes survived SIGKILL for [`KILL_GIVE_UP`].
-    GaveUp,
+    /// Processes survived SIGKILL for [`KILL_GIVE_UP`]: the waiters are told how many are left
+    /// (and the stop goes on).
+    GaveUp {
+        /// Processes of the tree still alive.
+        left: usize,
+    },
 }
 
 /// The state of one stop.
@@ -95,16 +114,22 @@ impl StopRun {
         // The group first: one syscall reaches the shell and everything that stayed in its group
         // at once, instead of after the /proc scan below (milliseconds on a busy machine). Each
         // process gets the signal once: only those outside the group are signalled one by one.
+        tree.wake_holder();
         let group_alive = tree.signal_group(pgid, Some(signal));
         let id = process_id.to_string();
-        let (in_group, members) = tree::off_runtime(tree, move |t| t.split_tree(pgid, &id)).await;
+        let (in_group, mut members) =
+            tree::off_runtime(tree, move |t| t.split_tree(pgid, &id)).await;
         // "Nothing counted" is not "nothing running": descendants outside the group are found
         // only by the sweep above (RELIABILITY F13, F15), so only an empty sweep ends here.
         let settled = matches!(interrupted, Interrupted::Settled { .. });
         if settled && !group_alive && members.is_empty() {
             return Err(waiters);
         }
-        tree.signal_members(&members, signal);
+        if signal == Signal::SIGKILL {
+            members = freeze_and_kill(tree, pgid, process_id).await;
+        } else {
+            tree.signal_members(&members, signal);
+        }
         if !matches!(signal, Signal::SIGKILL | Signal::SIGCONT) {
             tree.signal_tree(Some(pgid), &members, Signal::SIGCONT);
         }
@@ -127,20 +152,34 @@ impl StopRun {
     }
 
     /// A further stop while this one runs: its caller is answered with this one, and SIGKILL
-    /// asked for now is sent at the next tick.
+    /// asked for now is sent at the next tick. One that comes after the survivors were reported
+    /// waits a new [`KILL_GIVE_UP`] for them (and the tree is frozen and killed again at once).
     pub(super) fn join(&mut self, signal: Signal, reply: Option<oneshot::Sender<StopOutcome>>) {
+        let now = Instant::now();
+        if reply.is_some() && self.escalated && self.give_up_at.is_none() {
+            self.give_up_at = Some(now + KILL_GIVE_UP);
+            self.next_rescan = now;
+            self.next_tick = now;
+        }
         self.waiters.extend(reply);
         if signal == Signal::SIGKILL && !self.escalated {
-            self.kill_at = Instant::now();
+            self.kill_at = now;
         }
     }
 
-    /// What the waiters are told: `gone` is whether the tree is gone because of this stop.
-    pub(super) fn outcome(&self, gone: bool) -> StopOutcome {
+    /// What the waiters are told: `gone` is whether the tree is gone because of this stop;
+    /// `left`, how many of its processes are still alive when it is not.
+    pub(super) fn outcome(&self, gone: bool, left: usize) -> StopOutcome {
         StopOutcome {
             stopped: gone,
             escalated: self.escalated,
+            survivors: if gone { 0 } else { left },
         }
+    }
+
+    /// Whether the survivors were reported and nobody waits for this stop any more.
+    pub(super) fn gave_up(&self) -> bool {
+        self.escalated && self.give_up_at.is_none()
     }
 
     /// One poll: escalates after the grace, rescans for new forks, and checks whether the tree
@@ -161,23 +200,29 @@ impl StopRun {
         if !self.escalated && now >= self.kill_at {
             self.escalated = true;
             self.give_up_at = Some(now + KILL_GIVE_UP);
-            let id = process_id.to_string();
-            self.members = tree::off_runtime(tree, move |t| t.find_tree(pgid, &id)).await;
-            tree.signal_tree(Some(pgid), &self.members, Signal::SIGKILL);
+            tree.wake_holder();
+            self.members = freeze_and_kill(tree, pgid, process_id).await;
+            tracing::debug!(%process_id, killed = self.members.len(), late = ?now.saturating_duration_since(self.kill_at), took = ?now.elapsed(), "escalated to SIGKILL");
             self.next_rescan = now + STOP_RESCAN;
         } else if now >= self.next_rescan {
-            let id = process_id.to_string();
-            let found = tree::off_runtime(tree, move |t| t.find_tree(pgid, &id)).await;
-            if current == Signal::SIGKILL {
-                tree.signal_tree(Some(pgid), &found, current);
+            tree.wake_holder();
+            let rescan = if self.gave_up() {
+                SURVIVOR_POLL
             } else {
+                STOP_RESCAN
+            };
+            self.next_rescan = now + rescan;
+            if current == Signal::SIGKILL {
+                self.members = freeze_and_kill(tree, pgid, process_id).await;
+            } else {
+                let id = process_id.to_string();
+                let found = tree::off_runtime(tree, move |t| t.find_tree(pgid, &id)).await;
                 let fresh = self.signal_fresh(tree, &found, current);
                 if current != Signal::SIGCONT {
                     tree.signal_members(&fresh, Signal::SIGCONT);
                 }
+                self.members = found;
             }
-            self.members = found;
-            self.next_rescan = now + STOP_RESCAN;
         }
         let group_alive = tree.signal_group(pgid, None);
         let members_alive = self.members.iter().any(|m| tree.is_alive(*m));
@@ -187,23 +232,43 @@ impl StopRun {
             let id = process_id.to_string();
             let rest = tree::off_runtime(tree, move |t| t.find_escapees(&id)).await;
             if rest.is_empty() {
+                tracing::debug!(%process_id, "tree gone");
                 return Tick::Gone;
             }
             if current == Signal::SIGKILL {
-                tree.signal_members(&rest, current);
+                // Found alive after the kill: it was forking (or was missed); freeze it too.
+                self.members = freeze_and_kill(tree, pgid, process_id).await;
             } else {
                 self.signal_fresh(tree, &rest, current);
+                self.members = rest;
             }
-            self.members = rest;
         }
         if let Some(give_up) = self.give_up_at
             && now >= give_up
         {
-            tracing::error!(%process_id, "processes survived SIGKILL for {KILL_GIVE_UP:?} (uninterruptible?); giving up");
-            return Tick::GaveUp;
+            let left = self
+                .members
+                .iter()
+                .filter(|m| tree.is_alive(**m))
+                .count()
+                .max(usize::from(group_alive || !exit_seen));
+            tracing::error!(%process_id, left, "processes survived SIGKILL for {KILL_GIVE_UP:?} (uninterruptible sleep, or not ours to signal); still trying");
+            self.give_up_at = None;
+            self.next_tick = now + SURVIVOR_POLL;
+            return Tick::GaveUp { left };
         }
-        self.next_tick = now + STOP_POLL;
+        self.next_tick = now
+            + if self.gave_up() {
+                SURVIVOR_POLL.min(STOP_RESCAN)
+            } else {
+                STOP_POLL
+            };
         Tick::Continue
+    }
+
+    /// Takes the waiters to answer now that the survivors were reported.
+    pub(super) fn take_waiters(&mut self) -> Vec<oneshot::Sender<StopOutcome>> {
+        std::mem::take(&mut self.waiters)
     }
 
     /// Sends `signal` to those of `found` that have not had it yet (a second SIGTERM means
@@ -223,4 +288,13 @@ impl StopRun {
         self.signalled.extend(fresh.iter().copied());
         fresh
     }
+}
+
+/// Freezes the tree ([`tree::freeze_tree`], on the blocking pool: it scans `/proc`), then sends
+/// SIGKILL to the group and everything frozen. Returns what was killed.
+async fn freeze_and_kill<T: ProcessTree>(tree: &T, pgid: i32, process_id: &str) -> Vec<Identity> {
+    let id = process_id.to_string();
+    let frozen = tree::off_runtime(tree, move |t| tree::freeze_tree(t, pgid, &id)).await;
+    tree.signal_tree(Some(pgid), &frozen, Signal::SIGKILL);
+    frozen
 }

@@ -3,16 +3,26 @@
 //! Containment (docs/RELIABILITY.md, containment matrix), as implemented:
 //! - Every managed command starts in a new session, so the shell and everything it forks share a
 //!   process group and a session id equal to the shell's pid: `killpg` reaches them all.
-//! - Descendants that leave with `setsid`/`setpgid` are found by the marker every managed
-//!   process inherits in its environment (`YIELDSHELL_PROCESS_ID=<id>`), read for processes of
-//!   our uid from `/proc/<pid>/environ` (Linux) or `sysctl(KERN_PROCARGS2)` (macOS, see
-//!   `process/darwin.rs`). A process that scrubs its environment *and* leaves the session escapes;
-//!   that is documented in `docs/RELIABILITY.md`.
+//! - Linux: the holder of a process is the child subreaper of its tree, so every live descendant
+//!   of the holder is a member, whatever group or session it moved to and whatever it did to its
+//!   environment: a scan follows each process's parent links (`/proc/<pid>/stat`) up to the
+//!   holder. A non-dumpable process (`ssh-agent`), whose environment an unprivileged daemon
+//!   cannot read, is found so too. The holder's own list of children is the last word on whether
+//!   anything is left (a fork-and-exit chain always has a live child of the holder or under one).
+//! - Descendants that leave with `setsid`/`setpgid` while no holder is alive to be their
+//!   ancestor (it died; recovery after a crash) are found by the marker every managed process
+//!   inherits in its environment (`YIELDSHELL_PROCESS_ID=<id>`), read for processes of our uid
+//!   from `/proc/<pid>/environ` (Linux) or `sysctl(KERN_PROCARGS2)` (macOS, see
+//!   `process/darwin.rs`). Without a live holder, a process that scrubs its environment *and*
+//!   leaves the session escapes; that is documented in `docs/RELIABILITY.md`.
+//! - A kill freezes the tree first ([`freeze_tree`]): SIGSTOP to every member (and to every
+//!   process group a member leads), rescans until a scan finds nobody new, then SIGKILL. A
+//!   stopped process cannot fork, so a fork bomb or a fork-and-exit chain cannot outrun it.
 //! - Every pid is paired with its start time (Linux: `/proc/<pid>/stat` field 22; macOS:
 //!   `proc_pidinfo`) and re-checked before it is signalled, so a recycled pid is never hit.
 //! - Linux only: the daemon and each holder are child subreapers, so an orphaned descendant is
-//!   re-parented to them and a look for escapees can skip the marker scan when nothing was
-//!   adopted. macOS has no subreaper (orphans go to launchd): that look always scans.
+//!   re-parented to them and a look for escapees can skip the scan when nothing was adopted.
+//!   macOS has no subreaper (orphans go to launchd): that look always scans.
 //!
 //! On other Unix systems only the process group is reached (no process table is read).
 //!
@@ -23,7 +33,9 @@ pub use nix::sys::signal::Signal;
 use nix::sys::signal::{kill, killpg};
 use nix::unistd::Pid;
 
-pub use super::tree_ops::{Identity, ProcessTree, off_runtime};
+pub use super::tree_ops::{
+    Identity, KILL_GIVE_UP, ProcessTree, freeze_tree, freeze_with, off_runtime,
+};
 pub use crate::spawn::MARKER_VAR;
 pub use crate::spawn::identity::{
     ProcStat, identify, identify_child, is_alive, parse_stat, read_stat,
@@ -58,13 +70,35 @@ pub fn marker_entry(process_id: &str) -> Vec<u8> {
     format!("{MARKER_VAR}={process_id}").into_bytes()
 }
 
+/// What attributes a live process to the trees of one scan.
+#[derive(Debug, Clone, Default)]
+pub struct Roots {
+    /// Process groups (and sessions) led by the trees' shells, whose groups may still be theirs
+    /// ([`group_may_live`]).
+    pub groups: std::collections::HashSet<i32>,
+    /// Pids of the trees' live holders: every live descendant of one is a member.
+    pub holders: std::collections::HashSet<i32>,
+    /// `MARKER_VAR=<id>` entries: a process of our uid whose environment holds one is a member.
+    pub markers: std::collections::HashSet<Vec<u8>>,
+}
+
+impl Roots {
+    /// The roots of one tree: the group `leader_pgid` (if any), the holder (if alive), the
+    /// marker of `process_id`.
+    pub fn of(leader_pgid: Option<i32>, holder: Option<i32>, process_id: &str) -> Roots {
+        Roots {
+            groups: leader_pgid.into_iter().collect(),
+            holders: holder.into_iter().collect(),
+            markers: std::collections::HashSet::from([marker_entry(process_id)]),
+        }
+    }
+}
+
 /// Every live process of the tree: members of the process group or session `leader_pgid`, and
 /// processes of our uid carrying the marker of `process_id`.
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 pub fn find_tree(leader_pgid: Option<i32>, process_id: &str) -> Vec<Identity> {
-    let groups: std::collections::HashSet<i32> = leader_pgid.into_iter().collect();
-    let markers = std::collections::HashSet::from([marker_entry(process_id)]);
-    find_trees(&groups, &markers)
+    find_trees(&Roots::of(leader_pgid, None, process_id))
 }
 
 /// The final sweep after a process group has emptied: processes carrying the marker of
@@ -140,41 +174,28 @@ pub fn find_escapees(_process_id: &str, _is_spawned: impl Fn(i32) -> bool) -> Ve
     Vec::new()
 }
 
-/// One pass over the process table for many trees at once: live processes in any of `groups`
-/// (as process group or session) or of our uid carrying any of `markers`. A daemon stopping
-/// everything at shutdown scans once per round instead of once per process.
+/// One pass over the process table for many trees at once: live processes in any of the
+/// `roots`' groups (as process group or session), under any of their live holders, or of our uid
+/// carrying any of their markers. A daemon stopping everything at shutdown scans once per round
+/// instead of once per process.
 #[cfg(any(target_os = "linux", target_os = "macos"))]
-pub fn find_trees(
-    groups: &std::collections::HashSet<i32>,
-    markers: &std::collections::HashSet<Vec<u8>>,
-) -> Vec<Identity> {
-    scan(groups, markers)
-        .into_iter()
-        .map(|(id, _)| id)
-        .collect()
+pub fn find_trees(roots: &Roots) -> Vec<Identity> {
+    scan(roots).into_iter().map(|(id, _)| id).collect()
 }
 
-/// The whole tree split in two: members of the process group or session `leader_pgid` (which
-/// `killpg` reaches), and the processes carrying the marker of `process_id` outside it. A stop
+/// The whole tree split in two: members of the process group `leader_pgid` (which `killpg`
+/// reaches), and the rest of the tree (`roots` without the group's own membership). A stop
 /// signals the group first (one syscall, no waiting), then the outsiders after the scan, and
 /// remembers both so nobody gets the same signal twice.
 #[cfg(any(target_os = "linux", target_os = "macos"))]
-pub fn split_tree(leader_pgid: i32, process_id: &str) -> (Vec<Identity>, Vec<Identity>) {
-    let groups = std::collections::HashSet::from([leader_pgid]);
-    let markers = std::collections::HashSet::from([marker_entry(process_id)]);
-    let (inside, outside): (Vec<_>, Vec<_>) = scan(&groups, &markers)
+fn split_scan(roots: &Roots, leader_pgid: i32) -> (Vec<Identity>, Vec<Identity>) {
+    let (inside, outside): (Vec<_>, Vec<_>) = scan(roots)
         .into_iter()
-        .partition(|(_, in_group)| *in_group);
+        .partition(|(_, pgrp)| *pgrp == leader_pgid);
     (
         inside.into_iter().map(|(id, _)| id).collect(),
         outside.into_iter().map(|(id, _)| id).collect(),
     )
-}
-
-/// Without a process table: the group leader if alive; nothing outside the group can be found.
-#[cfg(not(any(target_os = "linux", target_os = "macos")))]
-pub fn split_tree(leader_pgid: i32, process_id: &str) -> (Vec<Identity>, Vec<Identity>) {
-    (find_tree(Some(leader_pgid), process_id), Vec::new())
 }
 
 /// Every pid on the machine: the numeric entries of `/proc`.
@@ -213,56 +234,101 @@ fn environ_if_owned(pid: i32, uid: u32) -> Option<Vec<u8>> {
     super::darwin::environ(pid)
 }
 
-/// One pass over the process table: members of `groups` (flagged `true`) and processes of our
-/// uid carrying one of `markers`.
+/// How far up its parent links a process is followed to find a holder (a chain deeper than
+/// this is not a tree anyone runs; pid reuse between two reads cannot make the walk endless).
 #[cfg(any(target_os = "linux", target_os = "macos"))]
-fn scan(
-    groups: &std::collections::HashSet<i32>,
-    markers: &std::collections::HashSet<Vec<u8>>,
-) -> Vec<(Identity, bool)> {
+const MAX_DEPTH: usize = 4096;
+
+/// One pass over the process table: the members of `roots`, each with its process group.
+///
+/// Every live process's `stat` is read once (parent, group, session, start time). A process is a
+/// member when its group or session is one of the roots' groups, when its parent links lead to
+/// one of the live holders (the holder is the tree's child subreaper: nothing of its tree can get
+/// out from under it while it lives), or, read last and only for processes not already members,
+/// when its environment holds a marker (our uid only; a non-dumpable process's environment is
+/// unreadable to anyone but root, which the holder's ancestry makes up for).
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+fn scan(roots: &Roots) -> Vec<(Identity, i32)> {
+    use std::collections::HashMap;
     let uid = nix::unistd::getuid().as_raw();
     let me = std::process::id() as i32;
     let Some(pids) = all_pids() else {
         return Vec::new();
     };
-    let mut found = Vec::new();
+    let mut live = Vec::with_capacity(pids.len());
     for pid in pids {
         if pid == me {
             continue;
         }
-        let Some(stat) = read_stat(pid) else {
-            continue;
-        };
-        if !stat.is_alive() {
-            continue;
+        if let Some(stat) = read_stat(pid).filter(ProcStat::is_alive) {
+            live.push((pid, stat));
         }
-        // "In the group" means reached by `killpg` of the leader's group. A descendant that
-        // moved to a group of its own (`setpgid`, a job-control shell's job) is still in the
-        // leader's session, and a member, but must be signalled one by one.
-        let in_group = groups.contains(&stat.pgrp);
-        let member = in_group
-            || groups.contains(&stat.session)
-            || (!markers.is_empty()
-                && environ_if_owned(pid, uid)
-                    .is_some_and(|env| env.split(|b| *b == 0).any(|e| markers.contains(e))));
+    }
+    let parents: HashMap<i32, i32> = if roots.holders.is_empty() {
+        HashMap::new()
+    } else {
+        live.iter().map(|(pid, s)| (*pid, s.ppid)).collect()
+    };
+    let mut under_holder: HashMap<i32, bool> = HashMap::new();
+    let mut found = Vec::new();
+    for (pid, stat) in &live {
+        let member = roots.groups.contains(&stat.pgrp)
+            || roots.groups.contains(&stat.session)
+            || descends_from_holder(*pid, &roots.holders, &parents, &mut under_holder)
+            || (!roots.markers.is_empty()
+                && environ_if_owned(*pid, uid)
+                    .is_some_and(|env| env.split(|b| *b == 0).any(|e| roots.markers.contains(e))));
         if member {
             let id = Identity {
-                pid,
+                pid: *pid,
                 start_time: stat.start_time,
             };
-            found.push((id, in_group));
+            found.push((id, stat.pgrp));
         }
     }
     found
 }
 
-/// Without a process table: the live groups among `groups` (each is signalled as a whole anyway).
+/// Whether `pid`'s parent links (`parents`, from one pass) lead to one of `holders`. `memo`
+/// keeps the answer for every process on the way, so a pass costs one step per process.
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+fn descends_from_holder(
+    pid: i32,
+    holders: &std::collections::HashSet<i32>,
+    parents: &std::collections::HashMap<i32, i32>,
+    memo: &mut std::collections::HashMap<i32, bool>,
+) -> bool {
+    if holders.is_empty() || holders.contains(&pid) {
+        return false;
+    }
+    let mut path = Vec::new();
+    let mut at = pid;
+    let answer = loop {
+        if let Some(known) = memo.get(&at) {
+            break *known;
+        }
+        if path.len() >= MAX_DEPTH {
+            break false;
+        }
+        path.push(at);
+        match parents.get(&at) {
+            Some(parent) if holders.contains(parent) => break true,
+            Some(parent) if *parent > 1 && !holders.contains(&at) => at = *parent,
+            _ => break false,
+        }
+    };
+    for p in path {
+        memo.insert(p, answer);
+    }
+    answer
+}
+
+/// Without a process table: the live groups among the roots' groups (each is signalled as a
+/// whole anyway).
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
-pub fn find_trees(
-    groups: &std::collections::HashSet<i32>,
-    _markers: &std::collections::HashSet<Vec<u8>>,
-) -> Vec<Identity> {
-    groups
+pub fn find_trees(roots: &Roots) -> Vec<Identity> {
+    roots
+        .groups
         .iter()
         .filter(|g| killpg(Pid::from_raw(**g), None).is_ok())
         .map(|g| Identity {
@@ -272,40 +338,82 @@ pub fn find_trees(
         .collect()
 }
 
-/// Stops many trees together: SIGTERM (and SIGCONT) to every group and marked process, SIGKILL
-/// to whatever is left after `grace`, until nothing is left (bounded). Blocking. This is the
-/// daemon's shutdown (one `/proc` scan per round for all trees, where per-process stops would
-/// each scan `/proc` and, for a thousand processes, outlast any shutdown budget), and with no
-/// grace the emergency kill of a tree whose actor is gone (its supervisor panicked).
+/// Stops many trees together: SIGTERM (and SIGCONT) to every group and member, SIGKILL to
+/// whatever is left after `grace` (frozen first, [`freeze_with`]), until nothing is left
+/// (bounded). Blocking. This is the daemon's shutdown (one `/proc` scan per round for all trees,
+/// where per-process stops would each scan `/proc` and, for a thousand processes, outlast any
+/// shutdown budget), and with no grace the emergency kill of a tree whose actor is gone (its
+/// supervisor panicked).
 ///
 /// `leaders` are the shells whose groups (and sessions) are the trees; a group whose leader's pid
 /// went to another process is left alone (see [`group_may_live`]), checked before every signal.
-pub fn stop_all(leaders: &[Identity], process_ids: &[String], grace: std::time::Duration) {
+/// `holders` are the trees' live holders: every descendant of one is a member, and each is sent
+/// SIGCONT every round, since a holder its own command stopped (`kill -STOP $PPID`) reaps
+/// nothing and reports nothing until it runs again.
+pub fn stop_all(
+    leaders: &[Identity],
+    holders: &[Identity],
+    process_ids: &[String],
+    grace: std::time::Duration,
+) {
     use std::time::{Duration, Instant};
     let markers: std::collections::HashSet<Vec<u8>> =
         process_ids.iter().map(|id| marker_entry(id)).collect();
+    let wake_holders = || {
+        for h in holders {
+            if is_alive(*h) {
+                let _ = kill(Pid::from_raw(h.pid), Signal::SIGCONT);
+            }
+        }
+    };
     // Which groups are still the trees' is decided with each scan (a `/proc` read per leader),
     // and signals go out right after one; the 5 ms polls in between only ask whether any is left.
     let scan = || {
-        let groups = live_groups(leaders);
-        let members = find_trees(&groups, &markers);
-        (groups, members)
+        wake_holders();
+        let roots = Roots {
+            groups: live_groups(leaders),
+            holders: holders
+                .iter()
+                .filter(|h| is_alive(**h))
+                .map(|h| h.pid)
+                .collect(),
+            markers: markers.clone(),
+        };
+        let mut members = find_trees(&roots);
+        for h in holders {
+            for child in live_children(*h).unwrap_or_default() {
+                if !members.contains(&child) {
+                    members.push(child);
+                }
+            }
+        }
+        (roots.groups, members)
     };
     let signal_all = |groups: &std::collections::HashSet<i32>, members: &[Identity], sig| {
         for g in groups {
             let _ = killpg(Pid::from_raw(*g), sig);
         }
-        for m in members {
-            if is_alive(*m) {
-                let _ = kill(Pid::from_raw(m.pid), sig);
-            }
-        }
+        signal_tree(None, members, sig);
+    };
+    // Freezes every tree at once, then kills: nothing forks away between the scan and the kill.
+    let kill_all = || {
+        let frozen = freeze_with(
+            || scan().1,
+            |members| signal_all(&live_groups(leaders), members, Signal::SIGSTOP),
+        );
+        let groups = live_groups(leaders);
+        signal_all(&groups, &frozen, Signal::SIGKILL);
+        (groups, frozen)
     };
     let (mut groups, mut members) = scan();
-    signal_all(&groups, &members, Signal::SIGTERM);
-    signal_all(&groups, &members, Signal::SIGCONT);
-    let mut escalated = false;
-    let mut deadline = Instant::now() + grace;
+    if grace.is_zero() {
+        (groups, members) = kill_all();
+    } else {
+        signal_all(&groups, &members, Signal::SIGTERM);
+        signal_all(&groups, &members, Signal::SIGCONT);
+    }
+    let mut escalated = grace.is_zero();
+    let mut deadline = Instant::now() + if escalated { KILL_GIVE_UP } else { grace };
     let mut next_scan = Instant::now() + Duration::from_millis(200);
     loop {
         let alive = groups
@@ -322,9 +430,8 @@ pub fn stop_all(leaders: &[Identity], process_ids: &[String], grace: std::time::
         let now = Instant::now();
         if !escalated && now >= deadline {
             escalated = true;
-            deadline = now + Duration::from_secs(10);
-            (groups, members) = scan();
-            signal_all(&groups, &members, Signal::SIGKILL);
+            deadline = now + KILL_GIVE_UP;
+            (groups, members) = kill_all();
         } else if escalated && now >= deadline {
             tracing::error!(
                 left = members.len(),
@@ -333,13 +440,12 @@ pub fn stop_all(leaders: &[Identity], process_ids: &[String], grace: std::time::
             return;
         } else if now >= next_scan {
             next_scan = now + Duration::from_millis(200);
-            (groups, members) = scan();
-            let sig = if escalated {
-                Signal::SIGKILL
+            if escalated {
+                (groups, members) = kill_all();
             } else {
-                Signal::SIGTERM
-            };
-            signal_all(&groups, &members, sig);
+                (groups, members) = scan();
+                signal_all(&groups, &members, Signal::SIGTERM);
+            }
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -360,21 +466,58 @@ pub fn find_tree(leader_pgid: Option<i32>, _process_id: &str) -> Vec<Identity> {
 
 /// Sends `signal` to the process group (if any) and to every listed member still carrying the
 /// same identity. Vanished processes are not an error.
+///
+/// SIGSTOP, SIGKILL and SIGCONT (which mean the same however often they come) also go to the
+/// process group each member leads, if any: a process whose pid is a group's id created that
+/// group, and every process in it is its descendant or joined from its session, so the kernel
+/// delivers the signal to children forked meanwhile too (a fork racing a group signal is
+/// restarted, its child included). For other members `killpg` only finds no such group. They
+/// also go to the group each member is in (see the comment there).
 pub fn signal_tree(leader_pgid: Option<i32>, members: &[Identity], signal: Signal) {
     if let Some(g) = leader_pgid {
         let _ = killpg(Pid::from_raw(g), signal);
     }
+    let to_groups = matches!(signal, Signal::SIGSTOP | Signal::SIGKILL | Signal::SIGCONT);
+    let ours = to_groups.then(own_group_and_session);
     for m in members {
-        if is_alive(*m) {
-            let _ = kill(Pid::from_raw(m.pid), signal);
+        if !is_alive(*m) {
+            continue;
+        }
+        let _ = kill(Pid::from_raw(m.pid), signal);
+        if let Some((own_group, own_session)) = ours {
+            if Some(m.pid) != leader_pgid {
+                let _ = killpg(Pid::from_raw(m.pid), signal);
+            }
+            // The member's own group too, when another process leads it: a fork-and-exit
+            // chain's processes share the group of one long gone, and a group signal stops
+            // (or kills) the one alive now and the child it is forking, where a signal to a
+            // pid read a moment ago finds that pid gone. Never the daemon's own group or any
+            // group of its session (a marked process could have joined one).
+            if let Some(stat) = read_stat(m.pid).filter(|s| s.start_time == m.start_time)
+                && stat.pgrp > 1
+                && stat.pgrp != m.pid
+                && Some(stat.pgrp) != leader_pgid
+                && stat.pgrp != own_group
+                && stat.session != own_session
+            {
+                let _ = killpg(Pid::from_raw(stat.pgrp), signal);
+            }
         }
     }
+}
+
+/// The daemon's own process group and session, which a tree's signals never reach.
+fn own_group_and_session() -> (i32, i32) {
+    (
+        nix::unistd::getpgrp().as_raw(),
+        nix::unistd::getsid(None).map_or(0, |s| s.as_raw()),
+    )
 }
 
 /// How managed trees are contained on this platform, for `Status` and the docs.
 pub fn containment_name() -> &'static str {
     if cfg!(target_os = "linux") {
-        "session+process-group+subreaper+marker-scan"
+        "session+process-group+holder-descendants+freeze+marker-scan"
     } else if cfg!(target_os = "macos") {
         "session+process-group+marker-scan"
     } else {
@@ -438,16 +581,96 @@ impl SystemTree {
     }
 }
 
-/// Whether `holder` has children besides `shell` (adopted orphans of the tree); `None` when it
-/// cannot tell (`/proc` lacks the list).
+/// How often [`live_children`] reads the holder's list at most before it settles for what it saw.
 #[cfg(target_os = "linux")]
-fn holder_adopted(holder: Identity, shell: i32) -> Option<bool> {
-    let list = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", holder.pid)).ok()?;
-    Some(
-        list.split_ascii_whitespace()
+const CHILD_LIST_READS: usize = 1000;
+
+/// The live children of `holder` (Linux: `/proc/<pid>/task/<pid>/children`; the holder has one
+/// thread). The holder is its tree's subreaper, so the tree is gone exactly when this is empty:
+/// a fork-and-exit chain that a scan of the whole table can miss (its one process has always
+/// just gone) always has a process here, or under one. `None` when it cannot tell: the holder
+/// is gone, or `/proc` lacks the list (and on other systems).
+///
+/// A list whose children are all dead is read again: a child that was alive when the list was
+/// read and died before it was looked at has handed its own children to the holder meanwhile
+/// (the kernel re-parents them before the dying process turns zombie), and they are not in the
+/// list read before. Empty is said only of an empty list, or of one whose every child was
+/// already in a previous list and found dead there; otherwise (the holder keeps gaining
+/// children, [`CHILD_LIST_READS`] times) the last list's dead children are returned, which a
+/// caller takes for "not gone yet" and looks again.
+#[cfg(target_os = "linux")]
+fn live_children(holder: Identity) -> Option<Vec<Identity>> {
+    let path = format!("/proc/{0}/task/{0}/children", holder.pid);
+    let mut dead_before: Vec<i32> = Vec::new();
+    let mut last = Vec::new();
+    for _ in 0..CHILD_LIST_READS {
+        if !is_alive(holder) {
+            return None;
+        }
+        let pids: Vec<i32> = std::fs::read_to_string(&path)
+            .ok()?
+            .split_ascii_whitespace()
             .filter_map(|p| p.parse::<i32>().ok())
-            .any(|p| p != shell),
-    )
+            .collect();
+        let live: Vec<Identity> = pids.iter().copied().filter_map(identify).collect();
+        if !live.is_empty() {
+            return Some(live);
+        }
+        if pids.iter().all(|p| dead_before.contains(p)) {
+            return Some(Vec::new());
+        }
+        last = pids
+            .iter()
+            .map(|p| Identity {
+                pid: *p,
+                start_time: 0,
+            })
+            .collect();
+        dead_before.extend(pids);
+    }
+    Some(last)
+}
+
+/// Every live descendant of `holder`, walking the kernel's lists of children down from it
+/// (`/proc/<pid>/task/<tid>/children` of every thread: a thread's children are listed under it).
+/// The cost is the tree's size, not the machine's: a stop on a machine of ten thousand processes
+/// does not read ten thousand `stat` files per look. `None` when a list cannot be read (the
+/// kernel lacks CONFIG_PROC_CHILDREN, or the holder is gone): the caller scans instead. A process
+/// that exits during the walk takes its children's listing with it; they are re-parented to the
+/// holder, so the next walk finds them.
+#[cfg(target_os = "linux")]
+fn holder_descendants(holder: Identity) -> Option<Vec<Identity>> {
+    let mut found = Vec::new();
+    let mut queue = vec![live_children(holder)?];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(level) = queue.pop() {
+        for child in level {
+            if found.len() >= 1 << 20 || !seen.insert(child.pid) {
+                continue;
+            }
+            found.push(child);
+            let mut below = Vec::new();
+            if let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", child.pid)) {
+                for task in tasks.flatten() {
+                    if let Ok(list) = std::fs::read_to_string(task.path().join("children")) {
+                        below.extend(
+                            list.split_ascii_whitespace()
+                                .filter_map(|p| p.parse::<i32>().ok())
+                                .filter_map(identify),
+                        );
+                    }
+                }
+            }
+            queue.push(below);
+        }
+    }
+    Some(found)
+}
+
+/// The holder's children cannot be listed here: every look scans.
+#[cfg(not(target_os = "linux"))]
+fn live_children(_holder: Identity) -> Option<Vec<Identity>> {
+    None
 }
 
 impl SystemTree {
@@ -458,6 +681,34 @@ impl SystemTree {
             Some((_, shell)) if shell.pid == pgid => group_may_live(shell),
             _ => true,
         }
+    }
+
+    /// The holder, while it runs.
+    fn live_holder(&self) -> Option<Identity> {
+        self.held.map(|(h, _)| h).filter(|h| is_alive(*h))
+    }
+
+    /// What a scan of this tree looks for: the group `pgid` (when given and still ours), the
+    /// live holder's descendants, the marker.
+    #[cfg(any(target_os = "linux", target_os = "macos"))]
+    fn roots(&self, pgid: Option<i32>, process_id: &str) -> Roots {
+        Roots::of(
+            pgid.filter(|g| self.group_is_ours(*g)),
+            self.live_holder().map(|h| h.pid),
+            process_id,
+        )
+    }
+
+    /// `found` and the holder's live children not in it (see [`live_children`]).
+    fn with_holder_children(&self, mut found: Vec<Identity>) -> Vec<Identity> {
+        if let Some((holder, _)) = self.held {
+            for child in live_children(holder).unwrap_or_default() {
+                if !found.contains(&child) {
+                    found.push(child);
+                }
+            }
+        }
+        found
     }
 }
 
@@ -470,20 +721,60 @@ impl ProcessTree for SystemTree {
         signal_tree(None, members, signal);
     }
 
+    fn pause(&self, pgid: i32, members: &[Identity]) {
+        if self.group_is_ours(pgid) {
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGSTOP);
+        }
+        signal_tree(None, members, Signal::SIGSTOP);
+    }
+
+    fn wake_holder(&self) {
+        if let Some(holder) = self.live_holder() {
+            let _ = kill(Pid::from_raw(holder.pid), Signal::SIGCONT);
+        }
+    }
+
     fn is_alive(&self, id: Identity) -> bool {
         is_alive(id)
     }
 
+    #[cfg(any(target_os = "linux", target_os = "macos"))]
+    fn find_tree(&self, pgid: i32, process_id: &str) -> Vec<Identity> {
+        // With the holder alive, its descendants are the whole tree (it is the subreaper), and
+        // walking down from it is much cheaper than reading every process of the machine.
+        #[cfg(target_os = "linux")]
+        if let Some(found) = self.live_holder().and_then(holder_descendants) {
+            return found;
+        }
+        self.with_holder_children(find_trees(&self.roots(Some(pgid), process_id)))
+    }
+
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
     fn find_tree(&self, pgid: i32, process_id: &str) -> Vec<Identity> {
         find_tree(self.group_is_ours(pgid).then_some(pgid), process_id)
     }
 
+    #[cfg(any(target_os = "linux", target_os = "macos"))]
     fn split_tree(&self, pgid: i32, process_id: &str) -> (Vec<Identity>, Vec<Identity>) {
-        if self.group_is_ours(pgid) {
-            split_tree(pgid, process_id)
-        } else {
-            (Vec::new(), find_tree(None, process_id))
+        #[cfg(target_os = "linux")]
+        if let Some(found) = self.live_holder().and_then(holder_descendants) {
+            let ours = self.group_is_ours(pgid);
+            return found
+                .into_iter()
+                .partition(|m| ours && read_stat(m.pid).is_some_and(|s| s.pgrp == pgid));
         }
+        let (inside, outside) = split_scan(&self.roots(Some(pgid), process_id), pgid);
+        let outside = self
+            .with_holder_children(outside)
+            .into_iter()
+            .filter(|m| !inside.contains(m))
+            .collect();
+        (inside, outside)
+    }
+
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    fn split_tree(&self, pgid: i32, process_id: &str) -> (Vec<Identity>, Vec<Identity>) {
+        (self.find_tree(pgid, process_id), Vec::new())
     }
 
     fn known_ended(&self) -> bool {
@@ -493,16 +784,19 @@ impl ProcessTree for SystemTree {
     }
 
     fn find_escapees(&self, process_id: &str) -> Vec<Identity> {
-        // A holder that ended on its own had no child left: all of the tree was below it. One
-        // that was killed left its orphans to the daemon (when it started the holder), which
-        // the check below looks at.
-        #[cfg(target_os = "linux")]
-        if let Some((holder, shell)) = self.held
-            && is_alive(holder)
-        {
-            return match holder_adopted(holder, shell.pid) {
-                Some(false) => Vec::new(),
-                _ => find_tree(None, process_id),
+        // A live holder is the tree's subreaper: with no live child it has nothing of the tree
+        // left (whatever left the group is below it), and no scan is needed. One that was
+        // killed left its orphans to the daemon (when it started the holder), which the check
+        // below looks at, by marker.
+        #[cfg(any(target_os = "linux", target_os = "macos"))]
+        if let Some(holder) = self.live_holder() {
+            return match live_children(holder) {
+                Some(children) if children.is_empty() => Vec::new(),
+                #[cfg(target_os = "linux")]
+                Some(_) => holder_descendants(holder).unwrap_or_else(|| {
+                    self.with_holder_children(find_trees(&self.roots(None, process_id)))
+                }),
+                _ => self.with_holder_children(find_trees(&self.roots(None, process_id))),
             };
         }
         let reaper = &self.reaper;

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use super::job::Job;
-pub use super::tree_ops::{Identity, ProcessTree, off_runtime};
+pub use super::tree_ops::{Identity, KILL_GIVE_UP, ProcessTree, freeze_tree, off_runtime};
 
 pub use crate::spawn::MARKER_VAR;
 
@@ -124,8 +124,13 @@ pub fn register(process_id: &str, job: &Arc<Job>) {
 
 /// Terminates the jobs of `process_ids` (daemon shutdown, a panicked actor's watchdog). The
 /// grace does not apply: Windows has no SIGTERM to give first. `_leaders` (the shells leading
-/// Unix process groups) have no meaning here.
-pub fn stop_all(_leaders: &[Identity], process_ids: &[String], _grace: std::time::Duration) {
+/// Unix process groups) and `_holders` have no meaning here.
+pub fn stop_all(
+    _leaders: &[Identity],
+    _holders: &[Identity],
+    process_ids: &[String],
+    _grace: std::time::Duration,
+) {
     let found: Vec<Arc<Job>> = {
         let jobs = jobs();
         let Some(map) = jobs.as_ref() else {
@@ -166,6 +171,9 @@ impl ProcessTree for JobTree {
 
     /// Nothing is outside the job: there are never members to signal one by one.
     fn signal_members(&self, _members: &[Identity], _signal: Signal) {}
+
+    /// A job is terminated whole, at once: nothing in it can fork meanwhile.
+    fn pause(&self, _pgid: i32, _members: &[Identity]) {}
 
     fn is_alive(&self, id: Identity) -> bool {
         self.job

@@ -138,12 +138,17 @@ pub(super) async fn stop(
             resp.stopped = true;
             resp.escalated = o.escalated;
         }
-        Some(o) if o.escalated => {
-            resp.escalated = true;
-            resp.error =
-                "some processes survived SIGKILL (uninterruptible sleep?); see the daemon log"
-                    .into();
-            resp.error_kind = ErrorKind::Internal.as_str().into();
+        Some(o) if o.survivors > 0 => {
+            resp.escalated = o.escalated;
+            resp.error = format!(
+                "not stopped: {} process{} of its tree survived SIGKILL for {} s (uninterruptible \
+                 sleep, or another user's); the daemon keeps killing them and the process is \
+                 not recorded as stopped until they are gone (see `ps` and the daemon log)",
+                o.survivors,
+                if o.survivors == 1 { "" } else { "es" },
+                tree::KILL_GIVE_UP.as_secs()
+            );
+            resp.error_kind = ErrorKind::StopIncomplete.as_str().into();
         }
         _ => {
             // Nothing was signalled: the answer says how the process ended (its own signal, if

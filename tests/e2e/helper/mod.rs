@@ -18,6 +18,7 @@ mod prerequisites;
 mod procfs;
 mod stats;
 mod tmux;
+mod unprivileged;
 
 // Like the items (`dead_code` above), a re-export no test module uses at the moment must not
 // fail `-D warnings`: test modules come and go, the helper stays.
@@ -48,6 +49,8 @@ pub use procfs::{
 pub use stats::Latencies;
 #[allow(unused_imports)]
 pub use tmux::Tmux;
+#[allow(unused_imports)]
+pub use unprivileged::{AsUser, cmdline_contains, processes_of_uid};
 
 /// The numbers of the `tick <n>` lines a `testbin tick` printed, in order.
 pub fn ticks(text: impl AsRef<[u8]>) -> Vec<u64> {

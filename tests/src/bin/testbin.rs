@@ -36,6 +36,25 @@
 //!   closed (`read N`, within a second of quiet), or `refused: <error>` and exit 1.
 //! - `proxy-get URL`: a plain-HTTP GET through `$HTTP_PROXY`; print the response's status line
 //!   and body, or `refused: <error>` and exit 1.
+//! - `undumpable-daemon SECS`: daemonise like `double-fork SECS detach`, and the grandchild also
+//!   makes itself non-dumpable (`prctl(PR_SET_DUMPABLE, 0)`, as `ssh-agent` does) before its
+//!   `ready` line: its `/proc/<pid>` then belongs to root, so an unprivileged daemon cannot read
+//!   its environment (nor its marker).
+//! - `fork-chain LOCK MS UNTIL`: create the file LOCK and hold an exclusive `flock` on it, leave
+//!   the session, print `ready`, then: fork, and the parent exits at once; the child waits MS
+//!   milliseconds (0: none) and does the same. One process of the chain is alive at a time, each
+//!   with a new pid, which a scan of `/proc` mostly misses; but every one holds the lock (it is
+//!   inherited across `fork`), so the lock is free exactly when the whole chain is gone.
+//!   Ignores SIGTERM. UNTIL (see below) ends it.
+//! - `setsid-bomb TAG MS NPROC UNTIL`: set `ulimit -u NPROC` (RLIMIT_NPROC) and ignore SIGTERM;
+//!   then every process leaves its session and forks, again and again (every MS milliseconds,
+//!   retrying when the fork is refused), and each child does the same: a fork bomb bounded by
+//!   the limit, which does not bind root, so it refuses to run as root.
+//!
+//!   UNTIL is an absolute deadline (milliseconds since the Unix epoch, at most
+//!   [`MAX_FORK_LIFETIME`] away; required): every process of the chain or bomb inherits it and
+//!   exits once it has passed, so one that a failed test leaks dies on its own within
+//!   milliseconds of it instead of forking for hours.
 //! - `proxy-connect HOST:PORT`: a `CONNECT` through `$HTTPS_PROXY`; print the status line, then,
 //!   when the tunnel is open, what the far end sends first.
 
@@ -96,6 +115,22 @@ fn fork() -> nix::unistd::ForkResult {
     unsafe { nix::unistd::fork() }.expect("fork")
 }
 
+/// Points stdio at `/dev/null`, as daemons do (and so a test's pipes close).
+fn to_dev_null() {
+    use std::os::fd::AsRawFd;
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .expect("/dev/null");
+    for fd in 0..3 {
+        // SAFETY: dup2 onto the standard descriptors of this process.
+        unsafe {
+            libc::dup2(null.as_raw_fd(), fd);
+        }
+    }
+}
+
 /// Prints why the network refused, and exits 1.
 fn refused(e: std::io::Error) -> ! {
     println!("refused: {e}");
@@ -128,6 +163,40 @@ fn through_proxy(var: &str, request: &[u8]) -> std::io::Result<String> {
 
 fn arg_u64(args: &[String], i: usize, default: u64) -> u64 {
     args.get(i).and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+/// The longest a forking mode (`fork-chain`, `setsid-bomb`) may be told to live.
+const MAX_FORK_LIFETIME: Duration = Duration::from_secs(300);
+
+/// Milliseconds since the Unix epoch, now.
+fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The forking modes' deadline: argument `i`, an absolute time in milliseconds since the Unix
+/// epoch, no further than [`MAX_FORK_LIFETIME`] away. Exits 2 when it is missing or too far: a
+/// fork loop without an end is never started.
+fn fork_deadline(args: &[String], i: usize) -> u64 {
+    let now = now_unix_ms();
+    match args.get(i).and_then(|s| s.parse::<u64>().ok()) {
+        Some(until) if until <= now + MAX_FORK_LIFETIME.as_millis() as u64 => until,
+        _ => {
+            eprintln!(
+                "yieldshell-testbin: a forking mode needs its deadline (UNTIL, ms since the epoch, at most {MAX_FORK_LIFETIME:?} away)"
+            );
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Exits once `until` ([`fork_deadline`]) has passed. Every process of a chain or bomb calls
+/// this before each fork, so one leaked by a failed test ends on its own.
+fn exit_if_past(until: u64) {
+    if now_unix_ms() >= until {
+        std::process::exit(0);
+    }
 }
 
 fn main() {
@@ -365,6 +434,95 @@ fn main() {
             match through_proxy("HTTPS_PROXY", request.as_bytes()) {
                 Ok(answer) => print!("{answer}"),
                 Err(e) => refused(e),
+            }
+        }
+        "undumpable-daemon" => {
+            let secs = arg_u64(&args, 2, 60);
+            match fork() {
+                nix::unistd::ForkResult::Parent { child } => {
+                    let _ = nix::sys::wait::waitpid(child, None);
+                }
+                nix::unistd::ForkResult::Child => {
+                    let _ = nix::unistd::setsid();
+                    if let nix::unistd::ForkResult::Child = fork() {
+                        let _ = nix::sys::prctl::set_dumpable(false);
+                        let mut out = std::io::stdout().lock();
+                        let _ = writeln!(out, "ready {} {}", std::process::id(), start_time());
+                        let _ = out.flush();
+                        drop(out);
+                        to_dev_null();
+                        std::thread::sleep(Duration::from_secs(secs));
+                    }
+                }
+            }
+        }
+        "fork-chain" => {
+            let ms = arg_u64(&args, 3, 0);
+            let until = fork_deadline(&args, 4);
+            let lock = std::fs::File::create(args.get(2).map_or("", String::as_str))
+                .expect("create the chain's lock file");
+            lock.lock().expect("lock the chain's lock file");
+            // SAFETY: installing SIG_IGN has no preconditions; children inherit it.
+            unsafe {
+                libc::signal(libc::SIGTERM, libc::SIG_IGN);
+            }
+            let _ = nix::unistd::setsid();
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "ready {} {}", std::process::id(), start_time());
+            let _ = out.flush();
+            drop(out);
+            to_dev_null();
+            loop {
+                exit_if_past(until);
+                // SAFETY: the testbin is single-threaded when it forks.
+                match unsafe { nix::unistd::fork() } {
+                    Ok(nix::unistd::ForkResult::Parent { .. }) => std::process::exit(0),
+                    Ok(nix::unistd::ForkResult::Child) => {
+                        if ms > 0 {
+                            std::thread::sleep(Duration::from_millis(ms));
+                        }
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(1)),
+                }
+            }
+        }
+        "setsid-bomb" => {
+            if nix::unistd::geteuid().is_root() {
+                eprintln!(
+                    "yieldshell-testbin: setsid-bomb refuses to run as root (ulimit -u does not bind root)"
+                );
+                std::process::exit(2);
+            }
+            let ms = arg_u64(&args, 3, 1);
+            let nproc = arg_u64(&args, 4, 300);
+            let until = fork_deadline(&args, 5);
+            if let Err(e) = nix::sys::resource::setrlimit(
+                nix::sys::resource::Resource::RLIMIT_NPROC,
+                nproc,
+                nproc,
+            ) {
+                eprintln!("yieldshell-testbin: setrlimit: {e}");
+                std::process::exit(2);
+            }
+            // SAFETY: installing SIG_IGN has no preconditions; children inherit it.
+            unsafe {
+                libc::signal(libc::SIGTERM, libc::SIG_IGN);
+            }
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "ready {} {}", std::process::id(), start_time());
+            let _ = out.flush();
+            drop(out);
+            to_dev_null();
+            loop {
+                exit_if_past(until);
+                let _ = nix::unistd::setsid();
+                // SAFETY: the testbin is single-threaded when it forks. A child goes round the
+                // same loop: it leaves the session and forks in turn.
+                if let Err(_) | Ok(nix::unistd::ForkResult::Parent { .. }) =
+                    unsafe { nix::unistd::fork() }
+                {
+                    std::thread::sleep(Duration::from_millis(ms.max(1)));
+                }
             }
         }
         other => {

@@ -260,17 +260,21 @@ async fn stop_sends_sigterm_then_escalates_to_sigkill_after_the_grace() {
         outcome,
         StopOutcome {
             stopped: true,
-            escalated: true
+            escalated: true,
+            survivors: 0
         }
     );
     assert!(t0.elapsed() >= grace && t0.elapsed() < grace + Duration::from_millis(50));
     assert!(!h.tree.anything_alive());
-    // The group got SIGTERM (with SIGCONT) once, then SIGKILL; nobody was signalled twice.
+    // The group got SIGTERM (with SIGCONT) once, then was frozen (SIGSTOP to the group and to
+    // each process found), then SIGKILL; nobody got SIGTERM twice.
     assert_eq!(
         signals(&h.tree),
         vec![
             Call::Group(Signal::SIGTERM),
             Call::Group(Signal::SIGCONT),
+            Call::Group(Signal::SIGSTOP),
+            Call::Member(kid.id, Signal::SIGSTOP),
             Call::Group(Signal::SIGKILL)
         ]
     );
@@ -298,7 +302,8 @@ async fn stop_ends_without_sigkill_when_the_tree_leaves_during_the_grace() {
         outcome,
         StopOutcome {
             stopped: true,
-            escalated: false
+            escalated: false,
+            survivors: 0
         }
     );
     assert!(
@@ -412,7 +417,12 @@ async fn rescans_signal_only_new_forks_and_each_process_once() {
     assert_eq!(terms(fork.id, false), 1, "{:?}", h.tree.calls());
     assert_eq!(
         h.tree.signals_to(fork.id, false),
-        vec![Signal::SIGTERM, Signal::SIGCONT, Signal::SIGKILL]
+        vec![
+            Signal::SIGTERM,
+            Signal::SIGCONT,
+            Signal::SIGSTOP,
+            Signal::SIGKILL
+        ]
     );
     let rescans = h
         .tree
@@ -436,7 +446,8 @@ async fn stop_of_a_settled_process_with_nothing_left_says_not_stopped() {
         outcome,
         StopOutcome {
             stopped: false,
-            escalated: false
+            escalated: false,
+            survivors: 0
         }
     );
     assert_eq!(h.proc.state().status, Status::Completed, "unchanged");
@@ -513,6 +524,7 @@ async fn a_sigkill_stop_during_a_graceful_one_escalates_at_once_and_both_are_ans
     let both = StopOutcome {
         stopped: true,
         escalated: true,
+        survivors: 0,
     };
     assert_eq!(answer(forced).await, both);
     assert_eq!(answer(graceful).await, both);
@@ -569,4 +581,84 @@ async fn pipes_held_by_something_unseen_settle_after_the_extra_wait_and_keep_bei
     h.tree.release_pipes_outside();
     let h = h.ended().await;
     assert!(h.proc.output.end().closed);
+}
+
+/// A fork bomb out of the group: every process forks again before each scan unless stopped.
+fn breeder(pid: i32) -> FakeProc {
+    FakeProc {
+        in_group: false,
+        holds_pipes: false,
+        ignores_term: true,
+        breeds: true,
+        ..FakeProc::child(pid)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_breeding_tree_is_frozen_before_it_is_killed_and_nothing_outruns_the_stop() {
+    let h = start(None);
+    h.tree.spawn(breeder(1001));
+    let outcome = answer(h.stop(Signal::SIGTERM, Duration::from_millis(300))).await;
+    assert_eq!(
+        outcome,
+        StopOutcome {
+            stopped: true,
+            escalated: true,
+            survivors: 0
+        },
+        "{:?}",
+        h.tree.calls()
+    );
+    assert!(!h.tree.anything_alive());
+    // Nothing got SIGKILL before it was stopped (SIGSTOP): a running breeder would have forked.
+    let calls = h.tree.calls();
+    for (i, call) in calls.iter().enumerate() {
+        if let Call::Member(id, Signal::SIGKILL) = call {
+            assert!(
+                calls[..i].contains(&Call::Member(*id, Signal::SIGSTOP)),
+                "{id:?} was killed without being frozen first: {calls:?}"
+            );
+        }
+    }
+    assert_eq!(h.proc.state().status, Status::Stopped);
+    assert!(
+        h.tree.holder_wakes() > 0,
+        "the holder is resumed when a stop begins"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn survivors_of_sigkill_are_reported_and_never_recorded_as_stopped() {
+    let h = start(None);
+    let stuck = FakeProc {
+        unkillable: true,
+        ..stubborn(1001)
+    };
+    h.tree.spawn(stuck);
+    let t0 = Instant::now();
+    let outcome = answer(h.stop(Signal::SIGTERM, Duration::from_millis(100))).await;
+    assert_eq!(
+        outcome,
+        StopOutcome {
+            stopped: false,
+            escalated: true,
+            survivors: 1
+        }
+    );
+    assert!(t0.elapsed() >= Duration::from_millis(100) + super::super::stop::KILL_GIVE_UP);
+    // The shell died of the stop, its tree did not: still running, not stopped.
+    let state = h.proc.state();
+    assert_ne!(state.status, Status::Stopped);
+    assert_eq!(h.reported_status(), Status::Running);
+    assert!(!state.settled);
+    assert_eq!(state.descendants, 1);
+    // A second stop waits for them again and is told the same.
+    let again = answer(h.stop(Signal::SIGKILL, Duration::ZERO)).await;
+    assert_eq!(again.survivors, 1);
+    assert_ne!(h.proc.state().status, Status::Stopped);
+    // Once they are gone, the stop that went on records the end.
+    h.tree.end(stuck.id);
+    let state = h.settled().await;
+    assert_eq!(state.status, Status::Stopped);
+    assert_eq!(state.descendants, 0);
 }

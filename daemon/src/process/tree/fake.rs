@@ -27,6 +27,11 @@ pub struct FakeProc {
     pub holds_pipes: bool,
     /// Survives SIGTERM (and every signal but SIGKILL).
     pub ignores_term: bool,
+    /// Forks a child (of the same kind, outside the group) before every scan while it is not
+    /// stopped: a fork bomb, which a stop that only kills what it found never catches up with.
+    pub breeds: bool,
+    /// Survives SIGKILL too (uninterruptible sleep).
+    pub unkillable: bool,
 }
 
 impl FakeProc {
@@ -38,6 +43,8 @@ impl FakeProc {
             marked: true,
             holds_pipes: true,
             ignores_term: false,
+            breeds: false,
+            unkillable: false,
         }
     }
 }
@@ -66,6 +73,12 @@ struct State {
     eof: Option<oneshot::Sender<()>>,
     /// Processes outside the tree (invisible to every scan) holding the pipes.
     outside_holders: usize,
+    /// Processes stopped by SIGSTOP (and not continued since).
+    stopped: std::collections::HashSet<Identity>,
+    /// The pid the next fork of a breeder gets.
+    next_pid: i32,
+    /// How often the holder was woken (SIGCONT).
+    holder_wakes: usize,
 }
 
 impl State {
@@ -75,8 +88,15 @@ impl State {
             return;
         };
         let dies = match signal {
-            Signal::SIGKILL => true,
-            Signal::SIGCONT => false,
+            Signal::SIGKILL => !self.procs[i].unkillable,
+            Signal::SIGCONT => {
+                self.stopped.remove(&id);
+                false
+            }
+            Signal::SIGSTOP => {
+                self.stopped.insert(id);
+                false
+            }
             _ => !self.procs[i].ignores_term,
         };
         if dies {
@@ -87,6 +107,28 @@ impl State {
                 let _ = tx.send(ExitHow::Signal(signal as i32));
             }
             self.check_eof();
+        }
+    }
+
+    /// Every breeder that is not stopped forks once.
+    fn breed(&mut self) {
+        let parents: Vec<FakeProc> = self
+            .procs
+            .iter()
+            .filter(|p| p.breeds && !self.stopped.contains(&p.id))
+            .copied()
+            .collect();
+        for parent in parents {
+            self.next_pid += 1;
+            self.procs.push(FakeProc {
+                id: Identity {
+                    pid: self.next_pid,
+                    start_time: 1,
+                },
+                in_group: false,
+                holds_pipes: false,
+                ..parent
+            });
         }
     }
 
@@ -125,6 +167,9 @@ impl FakeTree {
             shell_exit: Some(exit_tx),
             eof: Some(eof_tx),
             outside_holders: 0,
+            stopped: std::collections::HashSet::new(),
+            next_pid: 100_000,
+            holder_wakes: 0,
         })));
         (tree, FakeChannels { exit, eof })
     }
@@ -181,6 +226,16 @@ impl FakeTree {
         !self.lock().procs.is_empty()
     }
 
+    /// How many processes of the fake are alive.
+    pub fn alive_count(&self) -> usize {
+        self.lock().procs.len()
+    }
+
+    /// How often the holder was woken.
+    pub fn holder_wakes(&self) -> usize {
+        self.lock().holder_wakes
+    }
+
     /// Every call so far.
     pub fn calls(&self) -> Vec<Call> {
         self.lock().calls.clone()
@@ -200,12 +255,9 @@ impl FakeTree {
     }
 
     fn visible(&self, pick: impl Fn(&FakeProc) -> bool) -> Vec<Identity> {
-        self.lock()
-            .procs
-            .iter()
-            .filter(|p| pick(p))
-            .map(|p| p.id)
-            .collect()
+        let mut s = self.lock();
+        s.breed();
+        s.procs.iter().filter(|p| pick(p)).map(|p| p.id).collect()
     }
 }
 
@@ -235,6 +287,15 @@ impl ProcessTree for FakeTree {
                 s.deliver(*m, signal);
             }
         }
+    }
+
+    fn pause(&self, _pgid: i32, members: &[Identity]) {
+        self.signal_group(0, Some(Signal::SIGSTOP));
+        self.signal_members(members, Signal::SIGSTOP);
+    }
+
+    fn wake_holder(&self) {
+        self.lock().holder_wakes += 1;
     }
 
     fn is_alive(&self, id: Identity) -> bool {
