@@ -382,7 +382,8 @@ async fn end_unstarted(given: link::Given, process_id: &str) {
             signal(holder, Signal::SIGKILL);
         }
         let leaders: Vec<tree::Identity> = given.shell.into_iter().collect();
-        tree::stop_all(&leaders, &[process_id], Duration::ZERO);
+        // The holder is gone (killed above): its group, session and marker are what is left.
+        tree::stop_all(&leaders, &[], &[process_id], Duration::ZERO);
         if let Some(holder) = holder {
             // The caller removes the process directory next: not while the holder may still
             // write in it. SIGKILL takes a moment; the reaper collects it.
