@@ -143,7 +143,8 @@ fn run() -> io::Result<()> {
             (shell, identity)
         }
     };
-    let redactor = Redactor::from_pairs(spec.redact);
+    let secrets = super::Secrets(spec.redact);
+    let redactor = Redactor::from_pairs(secrets.0.clone());
     let spool = (spec.spool_cap > 0)
         .then(|| (SpoolBuffer::new(), SpoolFiles::create(&dir, spec.spool_cap)));
     let mut h = Holder {
@@ -153,6 +154,7 @@ fn run() -> io::Result<()> {
         // A terminal is one stream: its "stderr" is at EOF from the start.
         pipes: [Some(shell.stdout), (!terminal).then_some(shell.stderr)],
         terminal,
+        secrets,
         redact: [
             redactor.clone().map(RedactStream::new),
             redactor.map(RedactStream::new),
@@ -365,6 +367,8 @@ struct Holder {
     pipes: [Option<OwnedFd>; 2],
     /// Runs on a terminal (`stdin` is then a duplicate of the master).
     terminal: bool,
+    /// The spec's secrets, given back to every daemon in its [`Hello`].
+    secrets: super::Secrets,
     redact: [Option<RedactStream>; 2],
     spool: Option<(SpoolBuffer, SpoolFiles)>,
     next_seq: u64,
@@ -414,6 +418,7 @@ impl Holder {
             terminal: self.terminal,
             protocol: super::PROTOCOL,
             listener: self.kept.is_some(),
+            redact: self.secrets.clone(),
         }
     }
 
@@ -992,6 +997,7 @@ impl Prepared {
                 terminal: false,
                 protocol: super::PROTOCOL,
                 listener: false,
+                redact: super::Secrets::default(),
             };
             return send_with_fd(sock, &hello.encode(), Some(l.stdin.as_raw_fd()));
         }
@@ -1069,6 +1075,7 @@ mod tests {
             stdin: None,
             pipes: [None, None],
             terminal: false,
+            secrets: super::super::Secrets::default(),
             redact: [None, None],
             spool: None,
             next_seq: 1,

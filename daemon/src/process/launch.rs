@@ -201,6 +201,7 @@ pub async fn start(
         tty: req.terminal.is_some(),
         sandbox,
         twin: req.twin,
+        redactor: req.redactor.clone(),
     });
     // Queued before the spawn, so the record exists (with the command) for the next daemon even
     // if this one crashes right after; the directory alone already would.

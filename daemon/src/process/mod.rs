@@ -42,6 +42,7 @@ use yieldshell_proto::pb;
 
 use crate::error::Error;
 use crate::output::OutputLog;
+use crate::policy::redact::Redactor;
 use crate::record::{ProcessRecord, RECORD_FORMAT, RecordBytes};
 pub use crate::status::{EndedBy, LostReason, RecordStatus, Status};
 use crate::status::{ExitHow, unix_ms};
@@ -233,6 +234,10 @@ pub struct ProcessFacts {
     /// What makes an identical `exec` its twin, when it was started by one that may be reused
     /// ([`twins`]); `None`: never reused.
     pub twin: Option<twins::TwinKey>,
+    /// Its secrets (`None`: none, or restored from a record, which keeps none): a terminal's
+    /// rendering (screen, text without escapes) can put back together a secret the raw bytes
+    /// had apart (`"sk-AB\e[31mCD…"`), so every rendering is redacted again.
+    pub redactor: Option<Arc<Redactor>>,
 }
 
 impl ProcessFacts {
@@ -254,6 +259,8 @@ impl ProcessFacts {
                 .as_ref()
                 .map(|s| Arc::new(crate::sandbox::Confinement::from_record(s))),
             twin: record.twin.as_deref().and_then(twins::TwinKey::from_hex),
+            // A record keeps no secret; a live holder gives them back (`recovery`).
+            redactor: None,
         }
     }
 
@@ -467,21 +474,26 @@ impl ManagedProcess {
         self.info_of(&self.state())
     }
 
-    /// Output text as answers give it (a matched line): without escape sequences for a
-    /// terminal process.
+    /// How answers show its output when it runs on a terminal: the text without escape
+    /// sequences, redacted again (`terminal::TextRendering`); `None` on pipes.
+    pub fn text_rendering(&self) -> Option<terminal::TextRendering> {
+        self.on_terminal()
+            .then(|| terminal::TextRendering::new(self.facts.redactor.clone()))
+    }
+
+    /// Output text as answers give it (a matched line): rendered for a terminal process.
     pub fn answer_text(&self, text: Vec<u8>) -> Vec<u8> {
-        if self.on_terminal() {
-            terminal::plain_text(&text)
-        } else {
-            text
+        match self.text_rendering() {
+            Some(r) => r.text(&text),
+            None => text,
         }
     }
 
-    /// `out` as answers give it: for a terminal process, the text without escape sequences
-    /// (`terminal::plain_text`) unless `raw`; sequence numbers stay those of the raw log.
+    /// `out` as answers give it: for a terminal process, the rendered text
+    /// (`terminal::TextRendering`) unless `raw`; sequence numbers stay those of the raw log.
     pub fn answer_output(&self, mut out: pb::Output, raw: bool) -> pb::Output {
-        if self.on_terminal() && !raw {
-            out.stdout = terminal::plain_text(&out.stdout);
+        if let Some(r) = self.text_rendering().filter(|_| !raw) {
+            out.stdout = r.text(&out.stdout);
         }
         out
     }

@@ -56,6 +56,7 @@ fn start(timeout: Option<Duration>) -> Harness {
         tty: false,
         sandbox: None,
         twin: None,
+        redactor: None,
     };
     let output = Arc::new(OutputLog::new(1 << 16, None, 0));
     let slot = Arc::new(RunningCounts::default()).take("sess_test");
