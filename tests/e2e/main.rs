@@ -55,6 +55,7 @@ mod shim;
 mod shim_jsonrpc;
 mod terminal;
 mod terminal_echo;
+mod terminal_redaction;
 mod top;
 mod top_figures;
 mod windows_wine;
