@@ -30,6 +30,13 @@
 //! `follow` strips the sequences but keeps carriage returns ([`EscapeFilter`]: a follower sees
 //! lines being rewritten). `raw=true` gives the bytes as written. Sequence numbers always count
 //! raw log bytes, so a stripped answer's `next_seq` pages exactly like a raw one.
+//!
+//! # Secrets put back together
+//! The holder redacted the raw bytes, but a secret printed in pieces (a colour change mid-token,
+//! a `\r` overwrite, a cursor move between them) is whole again once rendered. So every
+//! rendering is redacted again with the process's secrets: the text ([`TextRendering`], what
+//! `grep` and `until` match too), `follow`'s stream ([`TextRendering::follow_filter`]), and the
+//! screen ([`masked_screen`]: each secret's cells show its replacement instead).
 
 use std::io;
 #[cfg(unix)]
