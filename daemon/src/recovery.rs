@@ -215,7 +215,11 @@ fn adopt(
         held.hello.next_seq,
         held.hello.dropped,
     ));
-    let facts = Arc::new(ProcessFacts::from_record(record));
+    // Its holder gives its secrets back (protocol 3): the terminal's rendering is redacted.
+    let facts = Arc::new(ProcessFacts {
+        redactor: crate::policy::redact::Redactor::from_pairs(held.hello.redact.0.clone()),
+        ..ProcessFacts::from_record(record)
+    });
     let ctx = ActorContext {
         timing: daemon.config.file.timing(),
         store: daemon.store.clone(),

@@ -57,6 +57,7 @@ mod shim_jsonrpc;
 mod start_handshake;
 mod terminal;
 mod terminal_echo;
+mod terminal_redaction;
 mod timeouts_across_daemons;
 mod top;
 mod top_figures;

@@ -53,8 +53,10 @@ pub const EXIT_FILE: &str = "exit";
 /// one of a newer version alone (running, its output readable from disk), saying so.
 /// - 1: the first release's (its `Hello` carries no version);
 /// - 2: the version itself, [`Kind::Keep`] (the holder keeps a descriptor for every later daemon:
-///   a sandboxed command's proxy listener) and [`Kind::Listener`], the sandbox plan in the spec.
-pub const PROTOCOL: u32 = 2;
+///   a sandboxed command's proxy listener) and [`Kind::Listener`], the sandbox plan in the spec;
+/// - 3: the [`Hello`] gives back the process's secrets (every daemon renders a terminal's screen
+///   and text, and must redact what the rendering puts back together).
+pub const PROTOCOL: u32 = 3;
 /// The oldest holder protocol this daemon re-adopts.
 pub const OLDEST_PROTOCOL: u32 = 1;
 /// Largest frame either side accepts: a spec carries a command line and an environment of up
@@ -556,6 +558,20 @@ pub struct Hello {
     pub protocol: u32,
     /// A kept proxy listener comes with the frame, after stdin's descriptor (protocol 2).
     pub listener: bool,
+    /// The process's secrets and their replacements, as its spec gave them (protocol 3; empty
+    /// from an earlier holder): a re-adopting daemon redacts a terminal's rendering with them.
+    pub redact: Secrets,
+}
+
+/// Secrets and their replacements, in a frame: never shown by `Debug` (a frame that is logged
+/// must not log them).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secrets(pub Vec<(Vec<u8>, Vec<u8>)>);
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secrets({} hidden)", self.0.len())
+    }
 }
 
 impl Hello {
@@ -574,10 +590,15 @@ impl Hello {
             None => e.u8(0).i64(0).i64(0),
         };
         // Version 2 and later append their fields here, where a version-1 reader stops.
-        e.u8(u8::from(self.terminal))
+        let mut e = e
+            .u8(u8::from(self.terminal))
             .u64(u64::from(self.protocol))
             .u8(u8::from(self.listener))
-            .finish()
+            .u64(self.redact.0.len() as u64);
+        for (secret, replacement) in &self.redact.0 {
+            e = e.bytes(secret).bytes(replacement);
+        }
+        e.finish()
     }
 
     /// Reads a [`Kind::Hello`] payload.
@@ -598,6 +619,17 @@ impl Hello {
             // Absent from a version-1 holder, which named no version.
             protocol: d.u64().map_or(1, |v| u32::try_from(v).unwrap_or(u32::MAX)),
             listener: d.u8().is_ok_and(|b| b != 0),
+            // Absent before version 3: the daemon knows no secret of that process.
+            redact: match d.u64() {
+                Ok(n) => {
+                    let mut pairs = Vec::new();
+                    for _ in 0..n {
+                        pairs.push((d.bytes()?.to_vec(), d.bytes()?.to_vec()));
+                    }
+                    Secrets(pairs)
+                }
+                Err(_) => Secrets::default(),
+            },
         })
     }
 }
@@ -810,10 +842,15 @@ mod tests {
             terminal: true,
             protocol: PROTOCOL,
             listener: true,
+            redact: Secrets(vec![(
+                b"hunter2hunter2".to_vec(),
+                b"[REDACTED:PW]".to_vec(),
+            )]),
         };
         let (kind, body) = payload(&hello.encode());
         assert_eq!(kind, Kind::Hello);
         assert_eq!(Hello::decode(&body).expect("decode"), hello);
+        assert!(!format!("{hello:?}").contains("hunter2"));
         let running = Hello {
             exit: None,
             ..hello

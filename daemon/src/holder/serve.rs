@@ -147,7 +147,8 @@ fn run() -> io::Result<()> {
     };
     #[cfg(target_os = "linux")]
     gate.wait(); // tests only
-    let redactor = Redactor::from_pairs(spec.redact);
+    let secrets = super::Secrets(spec.redact);
+    let redactor = Redactor::from_pairs(secrets.0.clone());
     let spool = (spec.spool_cap > 0)
         .then(|| (SpoolBuffer::new(), SpoolFiles::create(&dir, spec.spool_cap)));
     let mut h = Holder {
@@ -157,6 +158,7 @@ fn run() -> io::Result<()> {
         // A terminal is one stream: its "stderr" is at EOF from the start.
         pipes: [Some(shell.stdout), (!terminal).then_some(shell.stderr)],
         terminal,
+        secrets,
         redact: [
             redactor.clone().map(RedactStream::new),
             redactor.map(RedactStream::new),
@@ -369,6 +371,8 @@ struct Holder {
     pipes: [Option<OwnedFd>; 2],
     /// Runs on a terminal (`stdin` is then a duplicate of the master).
     terminal: bool,
+    /// The spec's secrets, given back to every daemon in its [`Hello`].
+    secrets: super::Secrets,
     redact: [Option<RedactStream>; 2],
     spool: Option<(SpoolBuffer, SpoolFiles)>,
     next_seq: u64,
@@ -418,6 +422,7 @@ impl Holder {
             terminal: self.terminal,
             protocol: super::PROTOCOL,
             listener: self.kept.is_some(),
+            redact: self.secrets.clone(),
         }
     }
 
@@ -996,6 +1001,7 @@ impl Prepared {
                 terminal: false,
                 protocol: super::PROTOCOL,
                 listener: false,
+                redact: super::Secrets::default(),
             };
             return send_with_fd(sock, &hello.encode(), Some(l.stdin.as_raw_fd()));
         }
@@ -1073,6 +1079,7 @@ mod tests {
             stdin: None,
             pipes: [None, None],
             terminal: false,
+            secrets: super::super::Secrets::default(),
             redact: [None, None],
             spool: None,
             next_seq: 1,

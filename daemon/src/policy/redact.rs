@@ -15,13 +15,20 @@ use aho_corasick::{AhoCorasick, MatchKind};
 pub const MIN_SECRET_LEN: usize = 8;
 
 /// The secrets of one process and how to find them.
-#[derive(Debug)]
 pub struct Redactor {
     matcher: AhoCorasick,
     secrets: Vec<Vec<u8>>,
     replacements: Vec<Vec<u8>>,
     first_bytes: [bool; 256],
     longest: usize,
+}
+
+/// Shows how many secrets, never which: a process's handle holds its redactor, and a handle
+/// that is logged must not log them.
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Redactor({} secrets)", self.secrets.len())
+    }
 }
 
 impl Redactor {
@@ -93,6 +100,21 @@ impl Redactor {
         out
     }
 
+    /// Where secrets are in `text` (leftmost-longest, not overlapping), each with its
+    /// replacement: for text that is not a stream, such as a rendered terminal screen, whose
+    /// cells get the replacement in place.
+    pub fn find<'a>(
+        &'a self,
+        text: &'a [u8],
+    ) -> impl Iterator<Item = (std::ops::Range<usize>, &'a [u8])> + 'a {
+        self.matcher.find_iter(text).map(|m| {
+            (
+                m.range(),
+                self.replacements[m.pattern().as_usize()].as_slice(),
+            )
+        })
+    }
+
     /// Length of the longest suffix of `tail` that could still grow into a secret.
     fn partial_suffix(&self, tail: &[u8]) -> usize {
         let window = tail.len().min(self.longest - 1);
@@ -111,10 +133,21 @@ impl Redactor {
 }
 
 /// Redaction state of one stream.
-#[derive(Debug)]
 pub struct RedactStream {
     redactor: Arc<Redactor>,
     held: Vec<u8>,
+}
+
+/// Shows nothing of what is held back (it may be the start of a secret).
+impl std::fmt::Debug for RedactStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "RedactStream({:?}, {} bytes held)",
+            self.redactor,
+            self.held.len()
+        )
+    }
 }
 
 impl RedactStream {

@@ -202,6 +202,7 @@ pub async fn start(
         sandbox,
         twin: req.twin,
         timeout: req.timeout,
+        redactor: req.redactor.clone(),
     });
     // Queued before the spawn, so the record exists (with the command) for the next daemon even
     // if this one crashes right after; the directory alone already would.

@@ -42,6 +42,7 @@ use yieldshell_proto::pb;
 
 use crate::error::Error;
 use crate::output::OutputLog;
+use crate::policy::redact::Redactor;
 use crate::record::{ProcessRecord, RECORD_FORMAT, RecordBytes};
 pub use crate::status::{EndedBy, LostReason, RecordStatus, Status};
 use crate::status::{ExitHow, unix_ms};
@@ -240,6 +241,10 @@ pub struct ProcessFacts {
     /// `timeout_ms`, counted from `started_at`: the record keeps the deadline it makes, so a
     /// daemon that re-adopts the process re-arms it.
     pub timeout: Option<Duration>,
+    /// Its secrets (`None`: none, or restored from a record, which keeps none): a terminal's
+    /// rendering (screen, text without escapes) can put back together a secret the raw bytes
+    /// had apart (`"sk-AB\e[31mCD…"`), so every rendering is redacted again.
+    pub redactor: Option<Arc<Redactor>>,
 }
 
 impl ProcessFacts {
@@ -264,6 +269,8 @@ impl ProcessFacts {
             timeout: record.timeout_at_ms.map(|at| {
                 Duration::from_millis(u64::try_from(at - record.started_at_ms).unwrap_or(0))
             }),
+            // A record keeps no secret; a live holder gives them back (`recovery`).
+            redactor: None,
         }
     }
 
@@ -481,21 +488,26 @@ impl ManagedProcess {
         self.info_of(&self.state())
     }
 
-    /// Output text as answers give it (a matched line): without escape sequences for a
-    /// terminal process.
+    /// How answers show its output when it runs on a terminal: the text without escape
+    /// sequences, redacted again (`terminal::TextRendering`); `None` on pipes.
+    pub fn text_rendering(&self) -> Option<terminal::TextRendering> {
+        self.on_terminal()
+            .then(|| terminal::TextRendering::new(self.facts.redactor.clone()))
+    }
+
+    /// Output text as answers give it (a matched line): rendered for a terminal process.
     pub fn answer_text(&self, text: Vec<u8>) -> Vec<u8> {
-        if self.on_terminal() {
-            terminal::plain_text(&text)
-        } else {
-            text
+        match self.text_rendering() {
+            Some(r) => r.text(&text),
+            None => text,
         }
     }
 
-    /// `out` as answers give it: for a terminal process, the text without escape sequences
-    /// (`terminal::plain_text`) unless `raw`; sequence numbers stay those of the raw log.
+    /// `out` as answers give it: for a terminal process, the rendered text
+    /// (`terminal::TextRendering`) unless `raw`; sequence numbers stay those of the raw log.
     pub fn answer_output(&self, mut out: pb::Output, raw: bool) -> pb::Output {
-        if self.on_terminal() && !raw {
-            out.stdout = terminal::plain_text(&out.stdout);
+        if let Some(r) = self.text_rendering().filter(|_| !raw) {
+            out.stdout = r.text(&out.stdout);
         }
         out
     }

@@ -30,6 +30,13 @@
 //! `follow` strips the sequences but keeps carriage returns ([`EscapeFilter`]: a follower sees
 //! lines being rewritten). `raw=true` gives the bytes as written. Sequence numbers always count
 //! raw log bytes, so a stripped answer's `next_seq` pages exactly like a raw one.
+//!
+//! # Secrets put back together
+//! The holder redacted the raw bytes, but a secret printed in pieces (a colour change mid-token,
+//! a `\r` overwrite, a cursor move between them) is whole again once rendered. So every
+//! rendering is redacted again with the process's secrets: the text ([`TextRendering`], what
+//! `grep` and `until` match too), `follow`'s stream ([`TextRendering::follow_filter`]), and the
+//! screen ([`masked_screen`]: each secret's cells show its replacement instead).
 
 use std::io;
 #[cfg(unix)]
@@ -45,6 +52,7 @@ use tokio::io::unix::AsyncFd;
 use yieldshell_proto::pb;
 
 use crate::output::{OutputLog, StreamFilter};
+use crate::policy::redact::{RedactStream, Redactor};
 #[cfg(unix)]
 use crate::spawn::pty as master_ops;
 
@@ -239,11 +247,13 @@ impl Terminal {
         key_bytes(name, app_cursor)
     }
 
-    /// The rendered screen, up to date with the log (see the module doc).
-    pub fn screen(&self, log: &OutputLog) -> pb::Screen {
+    /// The rendered screen, up to date with the log (see the module doc), with every secret
+    /// of `redactor` that shows on it masked ([`masked_screen`]).
+    pub fn screen(&self, log: &OutputLog, redactor: Option<&Redactor>) -> pb::Screen {
         self.catch_up(log);
         let emu = self.emulator();
-        let screen = emu.parser.screen();
+        let masked = redactor.and_then(|r| masked_screen(emu.parser.screen(), r));
+        let screen = masked.as_ref().map_or(emu.parser.screen(), |p| p.screen());
         let (rows, cols) = screen.size();
         let mut lines: Vec<String> = screen
             .rows(0, cols.get())
@@ -264,6 +274,101 @@ impl Terminal {
             seq: emu.seq,
         }
     }
+}
+
+/// A run of cells on one row that a secret covers, and what they show instead.
+struct Mask {
+    row: u16,
+    col: u16,
+    text: String,
+}
+
+/// Where secrets show on `screen`: each logical line (rows joined where the terminal wrapped
+/// them, an empty cell read as a space, a wide character once) is searched as text, so a secret
+/// the rendering put together (`"sk-AB\e[31mCD…"`, a `\r` overwrite, a cursor move between its
+/// pieces) is found as a program's reader would see it. Each secret's cells get its
+/// replacement, cut to their width or padded with `*`.
+fn secret_masks(screen: &vt100::Screen, redactor: &Redactor) -> Vec<Mask> {
+    let (rows, cols) = screen.size();
+    let (rows, cols) = (rows.get(), cols.get());
+    let mut masks = Vec::new();
+    let mut text = String::new();
+    // Each cell's first byte in `text`: (byte, row, col, width).
+    let mut cells: Vec<(usize, u16, u16, u16)> = Vec::new();
+    let mut row = 0;
+    while row < rows {
+        text.clear();
+        cells.clear();
+        loop {
+            for col in 0..cols {
+                let Some(cell) = screen.cell(row, col) else {
+                    continue;
+                };
+                if cell.is_wide_continuation() {
+                    continue;
+                }
+                cells.push((text.len(), row, col, if cell.is_wide() { 2 } else { 1 }));
+                match cell.contents() {
+                    "" => text.push(' '),
+                    c => text.push_str(c),
+                }
+            }
+            let wrapped = screen.row_wrapped(row);
+            row += 1;
+            if !wrapped || row >= rows {
+                break;
+            }
+        }
+        for (range, replacement) in redactor.find(text.as_bytes()) {
+            let first = cells.partition_point(|c| c.0 < range.start);
+            let last = cells.partition_point(|c| c.0 < range.end);
+            let covered = &cells[first..last];
+            let width: usize = covered.iter().map(|c| usize::from(c.3)).sum();
+            let mut shown = replacement
+                .iter()
+                .map(|&b| {
+                    if b.is_ascii_graphic() {
+                        char::from(b)
+                    } else {
+                        '*'
+                    }
+                })
+                .chain(std::iter::repeat('*'))
+                .take(width);
+            // One mask per row the secret is on: its cells there are side by side.
+            for on_row in covered.chunk_by(|a, b| a.1 == b.1) {
+                let cells_wide: usize = on_row.iter().map(|c| usize::from(c.3)).sum();
+                masks.push(Mask {
+                    row: on_row[0].1,
+                    col: on_row[0].2,
+                    text: shown.by_ref().take(cells_wide).collect(),
+                });
+            }
+        }
+    }
+    masks
+}
+
+/// A copy of `screen` with every secret of `redactor` on it masked ([`secret_masks`]); `None`
+/// when none shows. The masks are written into the copy as a terminal would draw them, the
+/// cursor (position, origin mode, pen) saved before and restored after, so the copy's text,
+/// cells and formatted state are the screen's but for the secrets.
+fn masked_screen(screen: &vt100::Screen, redactor: &Redactor) -> Option<vt100::Parser> {
+    let masks = secret_masks(screen, redactor);
+    if masks.is_empty() {
+        return None;
+    }
+    let (rows, cols) = screen.size();
+    let mut copy = vt100::Parser::new(rows, cols, 0);
+    *copy.screen_mut() = screen.clone();
+    // Save the cursor; absolute positions (origin mode off); plain cells.
+    let mut draw = String::from("\x1b7\x1b[?6l\x1b[m");
+    for m in &masks {
+        draw.push_str(&format!("\x1b[{};{}H{}", m.row + 1, m.col + 1, m.text));
+    }
+    draw.push_str("\x1b8");
+    copy.process(draw.as_bytes());
+    Some(copy)
 }
 
 /// Keeps `term`'s emulator near the log's end while output comes, so a `read(screen=true)`
@@ -455,6 +560,36 @@ impl vte::Perform for PlainText {
     }
 }
 
+/// How answers show a terminal process's output: its [`plain_text`], redacted again with the
+/// process's secrets (the rendering puts back together a secret the raw bytes had apart: a
+/// colour change, a `\r` overwrite or a cursor move between its pieces).
+#[derive(Clone, Debug, Default)]
+pub struct TextRendering(Option<Arc<Redactor>>);
+
+impl TextRendering {
+    /// Renders with `redactor`'s secrets (`None`: the process has none, or none is known).
+    pub fn new(redactor: Option<Arc<Redactor>>) -> TextRendering {
+        TextRendering(redactor)
+    }
+
+    /// `raw` as the terminal shows it, with no secret in it.
+    pub fn text(&self, raw: &[u8]) -> Vec<u8> {
+        let text = plain_text(raw);
+        match &self.0 {
+            Some(r) => r.redact(&text),
+            None => text,
+        }
+    }
+
+    /// The streaming filter of the same rendering, for `follow`.
+    pub fn follow_filter(&self) -> EscapeFilter {
+        EscapeFilter {
+            parser: vte::Parser::new(),
+            redact: self.0.clone().map(RedactStream::new),
+        }
+    }
+}
+
 /// A terminal's output as plain text (the rule is in the module doc).
 pub fn plain_text(raw: &[u8]) -> Vec<u8> {
     let mut text = PlainText::default();
@@ -465,10 +600,13 @@ pub fn plain_text(raw: &[u8]) -> Vec<u8> {
 }
 
 /// Strips escape sequences from a stream chunk by chunk (a sequence split between chunks is
-/// still recognised), keeping printable text, `\n`, `\r` and `\t`: what `follow` sends.
+/// still recognised), keeping printable text, `\n`, `\r` and `\t`: what `follow` sends. The
+/// text is redacted again as a stream ([`TextRendering::follow_filter`]): the few bytes that
+/// could start a secret wait for the next chunk, or [`EscapeFilter::finish`].
 #[derive(Default)]
 pub struct EscapeFilter {
     parser: vte::Parser,
+    redact: Option<RedactStream>,
 }
 
 /// The output of one [`EscapeFilter::push`].
@@ -492,7 +630,23 @@ impl EscapeFilter {
     pub fn push(&mut self, raw: &[u8]) -> Vec<u8> {
         let mut kept = Kept(Vec::with_capacity(raw.len()));
         self.parser.advance(&mut kept, raw);
-        kept.0
+        match self.redact.as_mut() {
+            Some(r) => {
+                let mut out = Vec::with_capacity(kept.0.len());
+                r.push(&kept.0, &mut out);
+                out
+            }
+            None => kept.0,
+        }
+    }
+
+    /// What redaction held back, once the output is complete (it can no longer be a secret).
+    pub fn finish(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        if let Some(r) = self.redact.as_mut() {
+            r.finish(&mut out);
+        }
+        out
     }
 }
 
@@ -520,6 +674,104 @@ mod tests {
         let mut out = f.push(b"a\x1b[3");
         out.extend(f.push(b"1mb\rc\n"));
         assert_eq!(out, b"ab\rc\n");
+    }
+
+    const SECRET: &str = "sk-ABCDEFGHIJKLMNOP0123";
+
+    fn redactor() -> Arc<Redactor> {
+        let names = regex::Regex::new("TOKEN").expect("regex");
+        let env: Vec<(&[u8], &[u8])> = vec![(b"API_TOKEN", SECRET.as_bytes())];
+        Redactor::from_env(&names, env).expect("a secret")
+    }
+
+    /// The screen `raw` renders on a terminal of `cols`×`rows`, as `read(screen)` answers it.
+    fn rendered(raw: &str, cols: u16, rows: u16) -> pb::Screen {
+        let mut parser = parser_of(TermSize { cols, rows });
+        parser.process(raw.as_bytes());
+        let r = redactor();
+        let masked = masked_screen(parser.screen(), &r);
+        let screen = masked.as_ref().map_or(parser.screen(), |p| p.screen());
+        pb::Screen {
+            text: screen
+                .rows(0, cols)
+                .map(|r| r.trim_end().to_string())
+                .collect::<Vec<_>>()
+                .join("\n")
+                .trim_end()
+                .to_string(),
+            cursor_row: u32::from(screen.cursor_position().0),
+            cursor_col: u32::from(screen.cursor_position().1),
+            formatted: screen.state_formatted().into_bytes(),
+            ..Default::default()
+        }
+    }
+
+    /// What a terminal fed `formatted` shows: the formatted state must not carry the secret in
+    /// any form a terminal puts back together.
+    fn repainted(formatted: &[u8], cols: u16, rows: u16) -> String {
+        let mut parser = parser_of(TermSize { cols, rows });
+        parser.process(formatted);
+        parser.screen().contents()
+    }
+
+    #[test]
+    fn a_secret_the_rendering_puts_together_is_masked_on_the_screen() {
+        let cases = [
+            // A colour change mid-token.
+            "key sk-ABCDEFGH\x1b[31mIJKLMNOP0123\x1b[0m end\r\n",
+            // The tail drawn first, the head over the line's start after a carriage return.
+            "key ...........IJKLMNOP0123 end\rkey sk-ABCDEFGH\r\n",
+            // A cursor move between the pieces.
+            "key \x1b[11CIJKLMNOP0123 end\x1b[1Gkey sk-ABCDEFGH\r\n",
+        ];
+        for raw in cases {
+            assert!(!raw.contains(SECRET));
+            let mut plain = parser_of(TermSize { cols: 60, rows: 5 });
+            plain.process(raw.as_bytes());
+            assert!(plain.screen().contents().contains(SECRET), "{raw:?}");
+            let s = rendered(raw, 60, 5);
+            assert_eq!(s.text, "key [REDACTED:API_TOKEN]*** end", "{raw:?}");
+            assert_eq!((s.cursor_row, s.cursor_col), (1, 0), "{raw:?}");
+            let again = repainted(&s.formatted, 60, 5);
+            assert!(!again.contains("IJKLMNOP"), "{raw:?}: {again}");
+            assert!(again.contains("[REDACTED:API_TOKEN]"), "{raw:?}: {again}");
+        }
+    }
+
+    #[test]
+    fn a_secret_wrapped_across_rows_is_masked_on_both_and_the_cursor_stays() {
+        // 20 columns: the secret starts on the first row and wraps onto the second; the cursor
+        // ends mid-row with the pen red.
+        let s = rendered("0123456789 sk-ABCDEFGH\x1b[31mIJKLMNOP0123 x", 20, 4);
+        assert_eq!(s.text, "0123456789 [REDACTED\n:API_TOKEN]*** x");
+        assert_eq!((s.cursor_row, s.cursor_col), (1, 16));
+        let again = repainted(&s.formatted, 20, 4);
+        assert!(
+            !again.contains("sk-A") && !again.contains("0123 x"),
+            "{again}"
+        );
+        // Nothing on the screen: the same screen, untouched.
+        let plain = rendered("no secret here\r\n", 20, 4);
+        assert_eq!(plain.text, "no secret here");
+    }
+
+    #[test]
+    fn rendered_text_and_a_follow_are_redacted_again() {
+        let r = TextRendering::new(Some(redactor()));
+        assert_eq!(
+            r.text(b"a sk-ABCDEFGH\x1b[31mIJKLMNOP0123\x1b[0m b\r\n"),
+            b"a [REDACTED:API_TOKEN] b\n"
+        );
+        assert_eq!(
+            r.text(b"a ...........IJKLMNOP0123 b\ra sk-ABCDEFGH\n"),
+            b"a [REDACTED:API_TOKEN] b\n"
+        );
+        let mut f = r.follow_filter();
+        let mut out = f.push(b"a sk-ABCDEF");
+        out.extend(f.push(b"GH\x1b[3"));
+        out.extend(f.push(b"1mIJKLMNOP0123 b"));
+        out.extend(f.finish());
+        assert_eq!(out, b"a [REDACTED:API_TOKEN] b");
     }
 
     #[test]

@@ -176,9 +176,10 @@ pub(super) async fn exec(
         }));
     }
     // A ready-wait's pattern is compiled before anything runs, so a bad one starts nothing.
-    let mut until = match req.until.as_deref().filter(|u| !u.is_empty()) {
+    let until = match req.until.as_deref().filter(|u| !u.is_empty()) {
         Some(pattern) => match until_matcher(pattern) {
-            Ok(m) => Some(m.on_terminal(req.tty)),
+            // Rendered as a terminal shows it once the process (and its secrets) exists.
+            Ok(m) => Some(m),
             Err(message) => {
                 return Ok(refused(Refusal {
                     kind: ErrorKind::InvalidArgument,
@@ -352,6 +353,7 @@ pub(super) async fn exec(
     let input_wanted = input_wanted(&proc, stdin_written, stdin_settled, req.close_stdin);
     let mut yielded_for_input = false;
     let (mut matched_line, mut matched_seq) = (Vec::new(), None);
+    let mut until = until.map(|m| m.on_terminal(proc.text_rendering()));
     match until.as_mut() {
         None => tokio::select! {
             _ = state_rx.wait_for(|s| s.settled) => {}

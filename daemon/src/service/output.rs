@@ -19,6 +19,7 @@ use super::{
     search, stream_filter,
 };
 use crate::output::{LogEnd, ReadQuery, RunsPage, Stream, StreamFilter};
+use crate::process::terminal::TextRendering;
 use crate::process::{ManagedProcess, ProcState, input_wait, live_facts};
 
 /// Largest `tail_lines` accepted.
@@ -78,8 +79,9 @@ pub(super) async fn read(
         // Catching up may read the spool (a flood that outran the ring).
         Some(term) => {
             let (term, log) = (term.clone(), proc.output.clone());
+            let redactor = proc.facts.redactor.clone();
             Some(
-                tokio::task::spawn_blocking(move || term.screen(&log))
+                tokio::task::spawn_blocking(move || term.screen(&log, redactor.as_deref()))
                     .await
                     .map_err(|e| {
                         ErrorKind::Internal.status(format!("rendering the screen failed: {e}"))
@@ -135,7 +137,7 @@ fn search_query(
         context: context as usize,
         max_matches: max_matches as usize,
         max_text: q.max_bytes,
-        terminal: proc.on_terminal() && !req.raw,
+        terminal: proc.text_rendering().filter(|_| !req.raw),
     }))
 }
 
@@ -274,8 +276,10 @@ pub(super) fn follow(
     let shutdown = svc.daemon.shutdown.clone();
     let mut cursor = LogCursor::new(proc.clone(), req.since_seq.unwrap_or(1), streams);
     // A terminal's output without its escape sequences, unless asked for raw.
-    let mut filter =
-        (proc.on_terminal() && !req.raw).then(crate::process::terminal::EscapeFilter::default);
+    let mut filter = proc
+        .text_rendering()
+        .filter(|_| !req.raw)
+        .map(|r| r.follow_filter());
     tokio::spawn(async move {
         loop {
             if let Some(RunsPage { runs, gap, .. }) = cursor.page().await {
@@ -311,6 +315,19 @@ pub(super) fn follow(
                 continue;
             }
             if cursor.complete() {
+                // The text redaction held back could start a secret no more.
+                let held = filter.as_mut().map(|f| f.finish()).unwrap_or_default();
+                if !held.is_empty() {
+                    let ev = pb::FollowEvent {
+                        seq: cursor.at,
+                        stream: pb::Stream::Stdout as i32,
+                        data: held,
+                        ..Default::default()
+                    };
+                    if tx.send(Ok(ev)).await.is_err() {
+                        return;
+                    }
+                }
                 // Output is complete; report the final state once the result is settled.
                 let mut state_rx = proc.subscribe();
                 tokio::select! {
@@ -347,7 +364,7 @@ pub(super) struct LineMatcher {
     /// A terminal process's lines: a whole line is matched as its text without escape sequences
     /// (`terminal::plain_text`: `^42$` matches the `42\r` a terminal writes), and that text is
     /// the matched line. A line over [`MAX_MATCH_LINE`] is searched raw, window by window.
-    terminal: bool,
+    terminal: Option<TextRendering>,
     /// `write` with `until` on a terminal that echoes: the lines of the input written (plain
     /// text, trimmed), whose echo is not the answer. A line that ends with one of them is that
     /// echo (a prompt may precede it): it and the echo lines before it are passed over.
@@ -449,17 +466,25 @@ impl LineWindow {
     }
 
     /// The whole line as a terminal showed it, while it is one window.
-    fn terminal_text(&self, re: &Regex) -> Option<Option<(u64, Vec<u8>)>> {
+    fn terminal_text(
+        &self,
+        re: &Regex,
+        rendering: &TextRendering,
+    ) -> Option<Option<(u64, Vec<u8>)>> {
         if self.context > 0 {
             return None;
         }
-        let text = crate::process::terminal::plain_text(&self.bytes);
+        let text = rendering.text(&self.bytes);
         Some(re.is_match(&text).then_some((self.seq, text)))
     }
 
     /// Ends the line at a newline: the last window is searched with the line's true end.
-    pub(super) fn finish(&mut self, re: &Regex, terminal: bool) -> Option<(u64, Vec<u8>)> {
-        let found = match terminal.then(|| self.terminal_text(re)).flatten() {
+    pub(super) fn finish(
+        &mut self,
+        re: &Regex,
+        terminal: Option<&TextRendering>,
+    ) -> Option<(u64, Vec<u8>)> {
+        let found = match terminal.and_then(|r| self.terminal_text(re, r)) {
             Some(found) => found,
             None => self
                 .matches(re, true)
@@ -470,13 +495,10 @@ impl LineWindow {
     }
 
     /// The whole line, while it is one window (as a terminal shows it when `terminal`).
-    fn whole_line(&self, terminal: bool) -> Option<Vec<u8>> {
-        (self.context == 0).then(|| {
-            if terminal {
-                crate::process::terminal::plain_text(&self.bytes)
-            } else {
-                self.bytes.clone()
-            }
+    fn whole_line(&self, terminal: Option<&TextRendering>) -> Option<Vec<u8>> {
+        (self.context == 0).then(|| match terminal {
+            Some(r) => r.text(&self.bytes),
+            None => self.bytes.clone(),
         })
     }
 
@@ -493,13 +515,13 @@ impl LineMatcher {
         LineMatcher {
             re,
             partial: [LineWindow::default(), LineWindow::default()],
-            terminal: false,
+            terminal: None,
             echo: VecDeque::new(),
         }
     }
 
-    /// Matches lines as a terminal process's (see [`LineMatcher::terminal`]) when `terminal`.
-    pub(super) fn on_terminal(mut self, terminal: bool) -> LineMatcher {
+    /// Matches lines as a terminal process's (see [`LineMatcher::terminal`]), rendered so.
+    pub(super) fn on_terminal(mut self, terminal: Option<TextRendering>) -> LineMatcher {
         self.terminal = terminal;
         self
     }
@@ -525,13 +547,13 @@ impl LineMatcher {
             // Every whole line is checked for the echo, matching or not, so an echo that does
             // not match is not later taken for a line of output that ends the same way.
             if !self.echo.is_empty()
-                && let Some(text) = line.whole_line(self.terminal)
+                && let Some(text) = line.whole_line(self.terminal.as_ref())
                 && take_echo(&mut self.echo, &text)
             {
                 line.clear();
                 continue;
             }
-            if let Some(found) = line.finish(&self.re, self.terminal) {
+            if let Some(found) = line.finish(&self.re, self.terminal.as_ref()) {
                 return Some(found);
             }
         }
@@ -546,14 +568,18 @@ impl LineMatcher {
         self.partial
             .iter()
             .filter(|l| !l.window().is_empty())
-            .find_map(
-                |l| match self.terminal.then(|| l.terminal_text(&self.re)).flatten() {
+            .find_map(|l| {
+                match self
+                    .terminal
+                    .as_ref()
+                    .and_then(|r| l.terminal_text(&self.re, r))
+                {
                     Some(found) => found,
                     None => l
                         .matches(&self.re, true)
                         .then(|| (l.seq, l.window().to_vec())),
-                },
-            )
+                }
+            })
             .filter(|(_, text)| !echo_in_progress(&self.echo, text))
     }
 }
@@ -658,7 +684,7 @@ pub(super) async fn wait(
         .filter(|u| !u.is_empty())
         .map(|pattern| {
             until_matcher(pattern)
-                .map(|m| m.on_terminal(proc.on_terminal()))
+                .map(|m| m.on_terminal(proc.text_rendering()))
                 .map_err(|m| ErrorKind::InvalidArgument.status(m))
         })
         .transpose()?;
@@ -752,7 +778,7 @@ pub(super) async fn write_until(
     // Refused before anything is written.
     let mut matcher = until_matcher(pattern)
         .map_err(|m| ErrorKind::InvalidArgument.status(m))?
-        .on_terminal(proc.on_terminal());
+        .on_terminal(proc.text_rendering());
     // A terminal echoes what is typed, unless it reads a password (canonical, echo off); a
     // program in raw mode (a REPL's line editor) draws the echo itself. As the modes are before
     // the input arrives.
@@ -846,7 +872,7 @@ mod tests {
     fn a_terminals_echo_of_the_input_is_passed_over() {
         let matcher = || {
             LineMatcher::new(Regex::new("DONE").expect("re"))
-                .on_terminal(true)
+                .on_terminal(Some(TextRendering::default()))
                 .skipping_echo_of(b"print('DONE')\r")
         };
         // The echo arriving (a partial line that starts the input) is no answer, nor its line.
@@ -866,13 +892,14 @@ mod tests {
         // An echo that does not match is passed over too, so a later line ending the same way
         // is an answer: typed `ls`, printed `DONE: ls`.
         let mut m = LineMatcher::new(Regex::new("DONE").expect("re"))
-            .on_terminal(true)
+            .on_terminal(Some(TextRendering::default()))
             .skipping_echo_of(b"ls\n");
         assert!(m.feed(1, Stream::Stdout, b"ls\r\n").is_none());
         let (_, line) = m.feed(5, Stream::Stdout, b"DONE: ls\r\n").expect("answer");
         assert_eq!(line, b"DONE: ls");
         // Without an echo expected, the first matching line is the answer.
-        let mut m = LineMatcher::new(Regex::new("DONE").expect("re")).on_terminal(true);
+        let mut m = LineMatcher::new(Regex::new("DONE").expect("re"))
+            .on_terminal(Some(TextRendering::default()));
         assert!(m.feed(1, Stream::Stdout, b"print('DONE')\r\n").is_some());
     }
 

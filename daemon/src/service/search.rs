@@ -53,7 +53,7 @@ pub(super) struct SearchQuery {
     /// Most bytes of line text returned (the request's `max_output_bytes`).
     pub max_text: usize,
     /// Match and show lines as a terminal shows them (a terminal process, without `raw`).
-    pub terminal: bool,
+    pub terminal: Option<terminal::TextRendering>,
 }
 
 /// What a search found and where it stopped.
@@ -231,11 +231,12 @@ impl<'q> Scanner<'q> {
     /// The text shown of a line: a match's cut around its first match, another line's start.
     fn show(&self, text: &[u8], starts_line: bool, ends_line: bool, is_match: bool) -> Vec<u8> {
         let plain;
-        let text = if self.q.terminal {
-            plain = terminal::plain_text(text);
-            &plain[..]
-        } else {
-            text
+        let text = match &self.q.terminal {
+            Some(r) => {
+                plain = r.text(text);
+                &plain[..]
+            }
+            None => text,
         };
         let from = if is_match {
             self.q
@@ -271,7 +272,7 @@ impl<'q> Scanner<'q> {
             }
             None => line
                 .window
-                .finish(&self.q.re, self.q.terminal)
+                .finish(&self.q.re, self.q.terminal.as_ref())
                 .map(|(_, text)| text),
         };
         if let Some(text) = found {
@@ -406,7 +407,7 @@ mod tests {
             context,
             max_matches,
             max_text: 1 << 20,
-            terminal: false,
+            terminal: None,
         }
     }
 

@@ -57,6 +57,7 @@ fn start(timeout: Option<Duration>) -> Harness {
         sandbox: None,
         twin: None,
         timeout: None,
+        redactor: None,
     };
     let output = Arc::new(OutputLog::new(1 << 16, None, 0));
     let slot = Arc::new(RunningCounts::default()).take("sess_test");
