@@ -184,11 +184,8 @@ async fn shim_figures(bench: &Bench, reads: usize) -> anyhow::Result<serde_json:
         serde_json::to_writer(&mut text, l)?;
         text.push(b'\n');
     }
-    let writer = std::thread::spawn(move || {
-        let r = stdin.write_all(&text);
-        drop(stdin);
-        r
-    });
+    // stdin stays open until the peak is read: at EOF the shim exits, and its figures with it.
+    let writer = std::thread::spawn(move || stdin.write_all(&text).map(|()| stdin));
     // Long enough for the shim to read what it will read and answer what it will answer.
     tokio::time::sleep(Duration::from_secs(20)).await;
     let held = rss(pid);
@@ -207,7 +204,7 @@ async fn shim_figures(bench: &Bench, reads: usize) -> anyhow::Result<serde_json:
     })
     .await?;
     let peak = peak_rss(pid);
-    let _ = writer.join();
+    drop(writer.join());
     let _ = shim.kill();
     let _ = shim.wait();
     Ok(json!({
