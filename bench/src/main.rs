@@ -9,6 +9,7 @@
 mod agent_cost;
 mod echo;
 mod measure;
+mod pipelining;
 mod report;
 mod sandbox;
 mod servers;
@@ -63,6 +64,10 @@ pub struct Opts {
     /// 1,000 processes running and 0, 1 and 10 `Watch` streams open; prints JSON.
     #[arg(long)]
     pub viewers: bool,
+    /// Only one client's pipelining (issue 29 item 9): the daemon's and the shim's peak memory
+    /// while a client pipelines reads without reading the answers; prints JSON.
+    #[arg(long)]
+    pub pipelining: bool,
     /// Agent-cost mode: how long the scripted test run takes, in seconds.
     #[arg(long, default_value_t = 20)]
     pub test_run_seconds: u32,
@@ -90,6 +95,9 @@ fn main() -> anyhow::Result<()> {
     }
     if opts.sandbox {
         return runtime.block_on(sandbox::run(&opts));
+    }
+    if opts.pipelining {
+        return runtime.block_on(pipelining::run(&opts));
     }
     if opts.viewers {
         return runtime.block_on(viewers::run(&opts));

@@ -22,6 +22,7 @@
 //!
 //! `docs/ARCHITECTURE.md` describes the ownership rules these modules follow.
 
+pub mod answer_budget;
 pub mod config;
 pub mod error;
 pub mod faults;
@@ -79,6 +80,12 @@ const IDLE_HOLDERS: usize = 2;
 
 /// Largest request the daemon decodes (a command line, a stdin write, an environment).
 pub const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
+
+/// Calls one connection may have open at once (HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`): a
+/// client's further calls wait in the client until one ends. Generous, because long polls and
+/// streams (`wait`, `follow`, `Watch`) stay open for long; the memory of answers is bounded
+/// apart from it, by [`answer_budget`].
+pub const MAX_CALLS_PER_CONNECTION: u32 = 1024;
 
 /// Tells systemd (Type=notify) that the daemon is ready, when it runs under systemd.
 #[cfg(unix)]
@@ -211,6 +218,11 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<Ended
         tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+            // Bounded in-flight calls per connection (docs/RELIABILITY.md L7): the answers a
+            // connection has not read yet share its answer budget, and HTTP/2 lets a client
+            // open at most this many calls at once (a well-behaved client queues the rest).
+            .max_concurrent_streams(Some(MAX_CALLS_PER_CONNECTION))
+            .layer(answer_budget::HoldAnswersLayer)
             .add_service(grpc)
             .serve_with_incoming_shutdown(incoming, async move { shutdown.cancelled().await }),
     );

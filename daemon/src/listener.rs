@@ -211,11 +211,25 @@ impl tokio::io::AsyncWrite for FirstBytesDeadline {
     }
 }
 
-impl tonic::transport::server::Connected for FirstBytesDeadline {
-    type ConnectInfo = UdsConnectInfo;
+/// What the daemon knows of a connection, in every call's extensions: the peer, and the
+/// connection's own budget for answers not yet sent ([`crate::answer_budget`]).
+#[derive(Debug, Clone)]
+pub struct ConnectionInfo {
+    /// The peer's credentials.
+    pub peer: UdsConnectInfo,
+    /// Shared by the connection's calls; made once per connection.
+    pub answers: crate::answer_budget::AnswerBudget,
+}
 
+impl tonic::transport::server::Connected for FirstBytesDeadline {
+    type ConnectInfo = ConnectionInfo;
+
+    // Called once per accepted connection (tonic then copies the value into each call).
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
+        ConnectionInfo {
+            peer: self.inner.connect_info(),
+            answers: crate::answer_budget::AnswerBudget::new(),
+        }
     }
 }
 
@@ -225,8 +239,8 @@ pub fn check_peer(req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::
     let me = nix::unistd::geteuid().as_raw();
     let peer = req
         .extensions()
-        .get::<UdsConnectInfo>()
-        .and_then(|i| i.peer_cred)
+        .get::<ConnectionInfo>()
+        .and_then(|i| i.peer.peer_cred)
         .map(|c| c.uid());
     match peer {
         Some(uid) if uid == me => Ok(req),

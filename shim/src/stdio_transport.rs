@@ -26,6 +26,12 @@
 //! any byte is written, and bytes a cancelled write did not get out stay queued for the next
 //! writer — rmcp polls `receive` inside a `select!`, so any await here can be cancelled.
 //!
+//! Backpressure (docs/RELIABILITY.md L7): `receive` reads the next line only while fewer than
+//! [`MAX_REQUESTS_AT_ONCE`] requests are unanswered (answered or cancelled ones count no more)
+//! and fewer than [`MAX_UNSENT_FRAMES`] frames wait for stdout. A client that pipelines
+//! requests, or does not read its answers, finds its further lines left in the pipe; the
+//! shim's memory stays bounded whatever it sends.
+//!
 //! Reused ids: a request whose `id` rmcp may still answer under (a cancelled request's, whose
 //! handler runs on) reaches rmcp under an alias, turned back in what goes out
 //! ([`RequestIds`]), so the new request gets its own answer.
@@ -81,6 +87,109 @@ pub struct StdioTransport<R, W> {
     legacy: Option<LegacyWire>,
     /// Aliases of reused request ids.
     ids: RequestIds,
+    /// What is being answered and written: reading pauses while either is at its bound.
+    load: Load,
+}
+
+/// Requests the shim works on at once: a request past this waits in stdin (unread) until one
+/// is answered or cancelled (docs/RELIABILITY.md L7: 50,000 pipelined reads took the shim to
+/// 1.26 GB). Generous, because `subscriptions/listen` and task results stay open for long.
+pub const MAX_REQUESTS_AT_ONCE: usize = 256;
+/// Frames waiting for stdout: while this many are, stdin is not read (a client that does not
+/// read its answers gets no more of them made).
+pub const MAX_UNSENT_FRAMES: usize = 64;
+
+/// Requests in progress and frames not yet written, shared by `send`'s futures and `receive`.
+#[derive(Debug, Default)]
+struct Load {
+    /// Ids (as rmcp knows them) of the requests delivered and not yet answered or cancelled.
+    answering: std::collections::HashSet<RequestId>,
+    unsent: Arc<Unsent>,
+}
+
+/// Frames given to `send` and not yet written out.
+#[derive(Debug, Default)]
+struct Unsent {
+    frames: std::sync::atomic::AtomicUsize,
+    /// Wakes a paused `receive` when a frame has been written or a request answered.
+    changed: tokio::sync::Notify,
+}
+
+/// One frame counted in [`Unsent`] until its `send` future is done or dropped.
+struct UnsentFrame(Arc<Unsent>);
+
+impl UnsentFrame {
+    fn new(unsent: &Arc<Unsent>) -> UnsentFrame {
+        unsent
+            .frames
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        UnsentFrame(unsent.clone())
+    }
+}
+
+impl Drop for UnsentFrame {
+    fn drop(&mut self) {
+        self.0
+            .frames
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.0.changed.notify_one();
+    }
+}
+
+impl Load {
+    fn paused(&self) -> bool {
+        self.answering.len() >= MAX_REQUESTS_AT_ONCE
+            || self
+                .unsent
+                .frames
+                .load(std::sync::atomic::Ordering::Acquire)
+                >= MAX_UNSENT_FRAMES
+    }
+
+    /// Waits until another request may be read. Cancel-safe (it changes nothing).
+    async fn room(&self) {
+        loop {
+            let changed = self.unsent.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if !self.paused() {
+                return;
+            }
+            changed.await;
+        }
+    }
+
+    /// Notes what rmcp is given: a request to answer, or a cancellation that ends one.
+    fn incoming(&mut self, message: &RxJsonRpcMessage<RoleServer>) {
+        match message {
+            rmcp::model::JsonRpcMessage::Request(request) => {
+                self.answering.insert(request.id.clone());
+            }
+            rmcp::model::JsonRpcMessage::Notification(notification) => {
+                if let rmcp::model::ClientNotification::CancelledNotification(cancelled) =
+                    &notification.notification
+                    && let Some(id) = &cancelled.params.request_id
+                {
+                    self.answering.remove(id);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Notes what rmcp sends: an answer ends its request.
+    fn outgoing(&mut self, message: &TxJsonRpcMessage<RoleServer>) {
+        let id = match message {
+            rmcp::model::JsonRpcMessage::Response(response) => Some(&response.id),
+            rmcp::model::JsonRpcMessage::Error(error) => error.id.as_ref(),
+            _ => None,
+        };
+        if let Some(id) = id
+            && self.answering.remove(id)
+        {
+            self.unsent.changed.notify_one();
+        }
+    }
 }
 
 /// The writing half: frames queued whole, then written out.
@@ -181,6 +290,7 @@ where
             subscriptions,
             legacy,
             ids: RequestIds::default(),
+            load: Load::default(),
         }
     }
 
@@ -278,9 +388,12 @@ where
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         // Synchronously, in the order rmcp sends: an answer frees its id before a request
         // that reuses it is read.
+        self.load.outgoing(&item);
         let item = self.ids.outgoing(item);
         let outbox = self.outbox.clone();
+        let unsent = UnsentFrame::new(&self.load.unsent);
         async move {
+            let _unsent = unsent;
             let mut outbox = outbox.lock().await;
             let Some(outbox) = outbox.as_mut() else {
                 return Err(std::io::Error::new(
@@ -298,6 +411,8 @@ where
             if (self.reply.is_some() || self.flush_owed) && !self.write_reply().await {
                 return None;
             }
+            // Backpressure: the next line waits in stdin while the shim is at its bounds.
+            self.load.room().await;
             let verdict = match self.read_line().await {
                 LineRead::Line => {
                     let renamed = self
@@ -308,6 +423,7 @@ where
                         judge_line(renamed.as_deref().unwrap_or(trim_line(&self.line)));
                     if let Verdict::Deliver(message) = &mut verdict {
                         let alias = self.ids.incoming(message);
+                        self.load.incoming(message);
                         self.note_listen(trim_line(&self.line), alias);
                     }
                     verdict
@@ -733,6 +849,110 @@ mod tests {
             (11.into(), (-32600).into())
         );
         assert!(matches!(judge_oversized(None), Verdict::Ignore));
+    }
+
+    /// Whether `receive` has a message at once (its line is already in the transport's input).
+    async fn received_at_once<R, W>(
+        transport: &mut StdioTransport<R, W>,
+    ) -> Option<RxJsonRpcMessage<RoleServer>>
+    where
+        R: AsyncRead + Send + Unpin,
+        W: AsyncWrite + Send + Unpin + 'static,
+    {
+        // A zero timeout polls `receive` once: ready only if nothing holds it back.
+        tokio::time::timeout(std::time::Duration::ZERO, transport.receive())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    fn pings(ids: std::ops::Range<usize>) -> Vec<u8> {
+        ids.flat_map(|id| {
+            format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"ping\"}}\n").into_bytes()
+        })
+        .collect()
+    }
+
+    #[tokio::test]
+    async fn requests_past_the_bound_stay_unread_until_one_is_answered() {
+        use tokio::io::AsyncWriteExt;
+
+        let (server_io, client_io) = tokio::io::duplex(1 << 20);
+        let (server_r, server_w) = tokio::io::split(server_io);
+        let (_client_r, mut client_w) = tokio::io::split(client_io);
+        let mut transport = StdioTransport::new(server_r, server_w);
+        client_w
+            .write_all(&pings(0..MAX_REQUESTS_AT_ONCE + 2))
+            .await
+            .expect("write");
+        for _ in 0..MAX_REQUESTS_AT_ONCE {
+            transport
+                .receive()
+                .await
+                .expect("a request within the bound");
+        }
+        assert!(
+            received_at_once(&mut transport).await.is_none(),
+            "a request past the bound was read while {MAX_REQUESTS_AT_ONCE} were unanswered"
+        );
+        // Answered (the write itself may wait: nobody reads stdout here, and that is counted
+        // apart), one more request is read.
+        let answer = transport.send(rmcp::model::JsonRpcMessage::response(
+            rmcp::model::ServerResult::empty(()),
+            rmcp::model::NumberOrString::Number(7),
+        ));
+        let _written = tokio::spawn(answer);
+        let next = transport.receive().await.expect("the next request");
+        assert_eq!(
+            serde_json::to_value(&next).expect("json")["id"],
+            MAX_REQUESTS_AT_ONCE
+        );
+    }
+
+    #[tokio::test]
+    async fn stdin_is_not_read_while_stdout_is_backed_up() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let (server_io, client_io) = tokio::io::duplex(1 << 20);
+        let (server_r, _) = tokio::io::split(server_io);
+        // stdout holds 64 bytes and nobody reads it yet.
+        let (stdout_w, mut stdout_r) = tokio::io::duplex(64);
+        let (_client_r, mut client_w) = tokio::io::split(client_io);
+        let mut transport = StdioTransport::new(server_r, stdout_w);
+        client_w.write_all(&pings(0..2)).await.expect("write");
+        let mut writes = Vec::new();
+        for n in 0..MAX_UNSENT_FRAMES {
+            writes.push(tokio::spawn(transport.send(
+                rmcp::model::JsonRpcMessage::notification(
+                    rmcp::model::ServerNotification::ProgressNotification(
+                        rmcp::model::Notification::new(
+                            rmcp::model::ProgressNotificationParam::new(
+                                rmcp::model::ProgressToken(rmcp::model::NumberOrString::Number(1)),
+                                n as f64,
+                            ),
+                        ),
+                    ),
+                ),
+            )));
+        }
+        assert!(
+            received_at_once(&mut transport).await.is_none(),
+            "stdin was read while {MAX_UNSENT_FRAMES} frames waited for stdout"
+        );
+        let drain = tokio::spawn(async move {
+            let mut sink = Vec::new();
+            let _ = stdout_r.read_to_end(&mut sink).await;
+        });
+        let next = transport
+            .receive()
+            .await
+            .expect("a request once stdout drains");
+        assert_eq!(serde_json::to_value(&next).expect("json")["id"], 0);
+        for w in writes {
+            w.await.expect("write task").expect("frame written");
+        }
+        drop(transport);
+        drain.await.expect("drain");
     }
 
     #[tokio::test]

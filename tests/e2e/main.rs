@@ -46,6 +46,7 @@ mod reliability_faults;
 mod reliability_input;
 mod reliability_load;
 mod reliability_output_race;
+mod reliability_pipelining;
 mod reliability_security;
 mod reliability_spool;
 mod reliability_stop_tree;

@@ -31,8 +31,8 @@ pub fn grant_of<T>(d: &Daemon, req: &Request<T>) -> Option<Grant> {
 #[cfg(unix)]
 fn peer_pid<T>(req: &Request<T>) -> Option<i32> {
     req.extensions()
-        .get::<tonic::transport::server::UdsConnectInfo>()
-        .and_then(|i| i.peer_cred)
+        .get::<crate::listener::ConnectionInfo>()
+        .and_then(|i| i.peer.peer_cred)
         .and_then(|c| c.pid())
 }
 

@@ -378,6 +378,11 @@ pub(super) async fn exec(
             _ = input_wanted => yielded_for_input = true,
         },
     }
+    crate::answer_budget::reserve(crate::answer_budget::answer_bytes(
+        max_out,
+        StreamFilter::Both,
+    ))
+    .await;
     let mut resp = pb::ExecResponse {
         matched_line: proc.answer_text(matched_line),
         matched_seq,
@@ -456,6 +461,11 @@ fn terminal_of(req: &pb::ExecRequest) -> Result<Option<TermSize>, Refusal> {
 /// output and live facts (a dev server's address), `reused`. Nothing waits: the command already
 /// had its yield.
 async fn reused(proc: &ManagedProcess, max_out: usize, yield_ms: u64) -> pb::ExecResponse {
+    crate::answer_budget::reserve(crate::answer_budget::answer_bytes(
+        max_out,
+        StreamFilter::Both,
+    ))
+    .await;
     let mut resp = respond(proc, max_out, yield_ms);
     resp.reused = true;
     if let Some(info) = resp.process.as_mut() {

@@ -146,6 +146,8 @@ async fn run_search(
     proc: &Arc<ManagedProcess>,
     query: search::SearchQuery,
 ) -> Result<(pb::Output, pb::Search), tonic::Status> {
+    // Each line's text is bounded by `max_text` in all, plus the line records around it.
+    crate::answer_budget::reserve(query.max_text.saturating_mul(2)).await;
     let proc = proc.clone();
     let found = tokio::task::spawn_blocking(move || search::search(&proc.output, &query))
         .await
@@ -169,6 +171,7 @@ async fn read_output(
     proc: &Arc<ManagedProcess>,
     q: ReadQuery,
 ) -> Result<crate::output::ReadResult, tonic::Status> {
+    crate::answer_budget::reserve(crate::answer_budget::answer_bytes(q.max_bytes, q.streams)).await;
     if !proc.output.query_touches_disk(&q) {
         return Ok(proc.output.read(&q));
     }

@@ -42,7 +42,7 @@ pub use poll::{TIMEOUT, eventually, eventually_blocking};
 pub use prerequisites::{require_root, require_tool};
 #[allow(unused_imports)]
 pub use procfs::{
-    Pid, assert_no_zombies, daemon_pids_for, fd_count, fd_target, fd_targets, holders_in,
+    Pid, assert_no_zombies, daemon_pids_for, fd_count, fd_target, fd_targets, holders_in, hwm_kib,
     idle_holders_in, idle_launchers_in, marked_processes, rss_kib, zombies_of,
 };
 #[allow(unused_imports)]

@@ -111,6 +111,18 @@ pub fn rss_kib(pid: i32) -> u64 {
         .unwrap_or(0)
 }
 
+/// Peak resident memory of a process in KiB (`VmHWM`, the kernel's high-water mark).
+pub fn hwm_kib(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// Zombies whose parent is `parent`.
 pub fn zombies_of(parent: i32) -> Vec<i32> {
     all_pids()
