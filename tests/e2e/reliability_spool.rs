@@ -113,6 +113,7 @@ impl Drop for SmallDisk {
 /// after them — never as a silent jump — and once space returns, the spool records what comes
 /// next again, so the output after the gap is all there.
 #[tokio::test]
+#[ignore = "needs root (mounts a small tmpfs for the daemon's state): run .ci/test-extra as root"]
 async fn a_full_disk_makes_a_reported_gap_and_the_spool_recovers() {
     let mut d = TestDaemon::unstarted();
     let disk = SmallDisk::mount(&d.state, "8m");

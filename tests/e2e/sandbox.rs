@@ -87,11 +87,14 @@ fn tcp_listener(addr: &str) -> u16 {
 }
 
 /// One command that tries each kind of write and a TCP connection to the host's loopback, and
-/// prints `NAME=yes|no` for each.
+/// prints `NAME=yes|no` for each. `tmp` is the temp dir the process is told to use: the sandbox's
+/// private one, and where no sandbox applies (nothing restricted) `/tmp` when `TMPDIR` is unset,
+/// as for any program (a probe of `$TMPDIR/probe` alone wrote to `/probe` there).
 fn probe(s: &Sandboxed, port: u16) -> String {
     format!(
         "w() {{ if (: > \"$1\") 2>/dev/null; then echo \"$2=yes\"; else echo \"$2=no\"; fi; }}; \
-         w {ws}/probe ws; w {ws}/.git/probe git; w {out}/probe out; w \"$TMPDIR/probe\" tmp; \
+         w {ws}/probe ws; w {ws}/.git/probe git; w {out}/probe out; \
+         t=\"${{TMPDIR:-/tmp}}/probe.$$\"; w \"$t\" tmp; rm -f \"$t\"; \
          if {bin} tcp-connect 127.0.0.1 {port} >/dev/null; then echo net=yes; else echo net=no; fi",
         ws = s.ws.display(),
         out = s.outside.display(),
