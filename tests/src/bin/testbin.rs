@@ -445,6 +445,9 @@ fn main() {
                 nix::unistd::ForkResult::Child => {
                     let _ = nix::unistd::setsid();
                     if let nix::unistd::ForkResult::Child = fork() {
+                        // Linux's `prctl`; elsewhere the process stays dumpable (the tests
+                        // that need it are Linux-only).
+                        #[cfg(target_os = "linux")]
                         let _ = nix::sys::prctl::set_dumpable(false);
                         let mut out = std::io::stdout().lock();
                         let _ = writeln!(out, "ready {} {}", std::process::id(), start_time());
@@ -496,11 +499,19 @@ fn main() {
             let ms = arg_u64(&args, 3, 1);
             let nproc = arg_u64(&args, 4, 300);
             let until = fork_deadline(&args, 5);
-            if let Err(e) = nix::sys::resource::setrlimit(
+            // nix names RLIMIT_NPROC on Linux only; the tests that run the bomb are Linux-only,
+            // and without the limit it must not run at all.
+            #[cfg(target_os = "linux")]
+            let limited = nix::sys::resource::setrlimit(
                 nix::sys::resource::Resource::RLIMIT_NPROC,
                 nproc,
                 nproc,
-            ) {
+            )
+            .map_err(|e| e.to_string());
+            #[cfg(not(target_os = "linux"))]
+            let limited: Result<(), String> =
+                Err(format!("RLIMIT_NPROC={nproc} is set on Linux only"));
+            if let Err(e) = limited {
                 eprintln!("yieldshell-testbin: setrlimit: {e}");
                 std::process::exit(2);
             }
