@@ -363,10 +363,12 @@ async fn suite(bench: &Bench, kind: Kind, c: &Counts, big_flood: bool) -> anyhow
         let t = Instant::now();
         let mut ids = Vec::new();
         let mut tasks = Vec::new();
-        for _ in 0..n {
+        for i in 0..n {
             let peer = client.service.peer().clone();
             tasks.push(tokio::spawn(async move {
-                let Value::Object(map) = exec_args("sleep 600", 0) else {
+                // Each command its own (a comment apart): YieldShell's MCP `exec` answers an
+                // identical running one with that process instead of starting another.
+                let Value::Object(map) = exec_args(&format!("sleep 600 # {i}"), 0) else {
                     unreachable!("literal object")
                 };
                 peer.call_tool(rmcp::model::CallToolRequestParams::new(d.exec).with_arguments(map))
@@ -376,8 +378,8 @@ async fn suite(bench: &Bench, kind: Kind, c: &Counts, big_flood: bool) -> anyhow
         for task in tasks {
             let r = task.await.context("join")??;
             let body = crate::servers::body_of(&r);
-            if !is_background(&body) {
-                bail!("starting process {} failed: {body}", ids.len());
+            if !is_background(&body) || body["reused"] == true {
+                bail!("starting process {} failed (or reused one): {body}", ids.len());
             }
             ids.push(body[d.id].clone());
         }
@@ -435,14 +437,17 @@ async fn suite(bench: &Bench, kind: Kind, c: &Counts, big_flood: bool) -> anyhow
     // Many clients at once.
     let t = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..c.clients {
+    for i in 0..c.clients {
         let cmd = bench.command(kind);
         let per = c.execs_per_client;
         tasks.push(tokio::spawn(async move {
             let client = Client::start(cmd).await?;
             let mut samples = Vec::with_capacity(per);
+            // Each client its own command, as for the many processes above: two clients' `true`
+            // running at once would be one process answered twice.
+            let own = format!("true # {i}");
             for _ in 0..per {
-                samples.push(timed(exec_done(&client, d, "true")).await?.0);
+                samples.push(timed(exec_done(&client, d, &own)).await?.0);
             }
             client.close().await;
             Ok::<_, anyhow::Error>(samples)
