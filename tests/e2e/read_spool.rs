@@ -301,3 +301,32 @@ async fn a_terminal_processs_spooled_pages_are_escape_free_unless_raw() {
         String::from_utf8_lossy(&raw.stdout[..40])
     );
 }
+
+/// Issue 26 item 7: the holder writes its spool in batches, yet output that pauses is on disk
+/// within the quiet time, not only once a batch fills or the process ends: a line printed before
+/// a long sleep is in the segment file while the process still sleeps (a holder killed then, or
+/// a reader of the disk, finds it).
+#[tokio::test]
+async fn a_line_before_a_pause_reaches_the_disk_while_the_process_runs() {
+    let d = TestDaemon::start().await;
+    let c = d.session();
+    let id = c
+        .spawn_bg("printf 'one short line\\n'; exec sleep 600")
+        .await;
+    let segment = d.state.join("procs").join(&id).join("out.0");
+    eventually("the line on disk", || async {
+        std::fs::read(&segment)
+            .ok()
+            .filter(|b| b.as_slice() == b"one short line\n")
+            .map(|_| ())
+    })
+    .await;
+    let listed = c.list(pb::Scope::All, false).await;
+    assert!(
+        listed
+            .iter()
+            .any(|p| p.process_id == id && p.status == pb::ProcessStatus::Running as i32),
+        "still running once its line is on disk"
+    );
+    c.stop(&id, "SIGKILL", 0).await.expect("stop");
+}

@@ -55,8 +55,10 @@ pub const EXIT_FILE: &str = "exit";
 /// - 2: the version itself, [`Kind::Keep`] (the holder keeps a descriptor for every later daemon:
 ///   a sandboxed command's proxy listener) and [`Kind::Listener`], the sandbox plan in the spec;
 /// - 3: the [`Hello`] gives back the process's secrets (every daemon renders a terminal's screen
-///   and text, and must redact what the rendering puts back together).
-pub const PROTOCOL: u32 = 3;
+///   and text, and must redact what the rendering puts back together);
+/// - 4: the spec carries [`HoldSpec::spool_batch`] (the holder writes its spool in batches no
+///   larger than the daemon's ring, so the spool lacks only bytes the daemon's ring still holds).
+pub const PROTOCOL: u32 = 4;
 /// The oldest holder protocol this daemon re-adopts.
 pub const OLDEST_PROTOCOL: u32 = 1;
 /// Largest frame either side accepts: a spec carries a command line and an environment of up
@@ -279,6 +281,9 @@ pub struct HoldSpec {
     pub redact: Vec<(Vec<u8>, Vec<u8>)>,
     /// Spool cap in bytes (0: no spool).
     pub spool_cap: u64,
+    /// Most bytes the holder keeps unwritten to the spool ([`spool_batch_for`] of the daemon's
+    /// ring): every byte the daemon's ring has given up is on disk already.
+    pub spool_batch: u64,
     /// Run on a new pseudo-terminal of this size instead of pipes.
     pub terminal: Option<crate::spawn::pty::TermSize>,
     /// The sandbox the command's process applies before it runs the shell (README, "Sandbox").
@@ -296,6 +301,7 @@ impl HoldSpec {
             .bytes(&self.command)
             .bytes(&self.cwd)
             .u64(self.spool_cap)
+            .u64(self.spool_batch)
             .u64(self.env.len() as u64);
         for (k, v) in &self.env {
             e = e.bytes(k).bytes(v);
@@ -351,6 +357,7 @@ impl HoldSpec {
         let command = d.bytes()?.to_vec();
         let cwd = d.bytes()?.to_vec();
         let spool_cap = d.u64()?;
+        let spool_batch = d.u64()?;
         let pairs = |d: &mut Decoder<'_>| -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
             let n = d.u64()?;
             let mut v = Vec::new();
@@ -384,9 +391,18 @@ impl HoldSpec {
             env,
             redact,
             spool_cap,
+            spool_batch,
             sandbox,
         })
     }
+}
+
+/// The spool batch for a process whose daemon keeps a ring of `ring_bytes`: the spool's usual
+/// batch ([`crate::output::spool::FLUSH_BYTES`]), but never more than the ring holds. The holder
+/// writes once its unwritten bytes reach it, so a byte older than the ring's newest
+/// `ring_bytes` is on disk: a read the ring cannot answer finds it in the spool.
+pub fn spool_batch_for(ring_bytes: u64) -> u64 {
+    (crate::output::spool::FLUSH_BYTES as u64).min(ring_bytes.max(1))
 }
 
 /// Paths on the wire: a count, then each as bytes.
@@ -800,6 +816,7 @@ mod tests {
             env: vec![(b"A".to_vec(), vec![0xfe, b'='])],
             redact: vec![(b"hunter2hunter2".to_vec(), b"[REDACTED:PW]".to_vec())],
             spool_cap: 64 << 20,
+            spool_batch: 4096,
             terminal: None,
             sandbox: None,
         };
@@ -811,6 +828,7 @@ mod tests {
         assert_eq!(back.env, spec.env);
         assert_eq!(back.redact, spec.redact);
         assert_eq!(back.spool_cap, spec.spool_cap);
+        assert_eq!(back.spool_batch, spec.spool_batch);
         assert_eq!(back.terminal, None);
         let tty = HoldSpec {
             terminal: Some(crate::spawn::pty::TermSize {

@@ -4,8 +4,10 @@
 //! becomes the child subreaper of what it starts, binds `holder.sock` in the process directory,
 //! spawns the shell, and answers with [`Hello`] (with stdin's write end). Then, until the tree
 //! is gone, the pipes are at EOF and the daemon has every frame:
-//! - each pipe read is redacted, written to the spool, and only then queued for the daemon, so
-//!   the spool always holds at least what the daemon's ring does;
+//! - each pipe read is redacted, buffered for the spool and queued for the daemon; the buffer is
+//!   written once it reaches the spec's batch (never more than the daemon's ring holds, so every
+//!   byte the ring has given up is on disk), once output pauses for [`SPOOL_QUIET`], once its
+//!   oldest byte is [`FLUSH_AGE`] old, and before an EOF or a new daemon's [`Hello`];
 //! - every child is reaped at once (SIGCHLD through a signalfd on Linux, through a self-pipe
 //!   written by a SIGCHLD handler elsewhere); the shell's status goes to the exit file first,
 //!   then to the daemon;
@@ -29,7 +31,7 @@ use super::{
     send_with_fd, split_frame, stream_byte,
 };
 use crate::output::Stream;
-use crate::output::spool::{SpoolBuffer, SpoolFiles};
+use crate::output::spool::{FLUSH_AGE, SpoolBuffer, SpoolFiles};
 use crate::policy::redact::{RedactStream, Redactor};
 use crate::spawn::identity::{self, Identity};
 use crate::spawn::reaper::ExitHow;
@@ -39,6 +41,11 @@ use crate::spawn::{Shell, spawn_shell};
 const BACKLOG_LIMIT: usize = 1 << 20;
 /// Size of one pipe read (and so of one output frame at most).
 const READ_BYTES: usize = 64 * 1024;
+/// How long output must pause before the spool's buffer is written. A process that prints a
+/// line now and then has it on disk at once, give or take this; a flood's reads (many per
+/// millisecond) are batched instead of one `pwrite` each. A holder killed outright loses at most
+/// this long, [`FLUSH_AGE`] or one batch of its process's output on disk.
+const SPOOL_QUIET: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Runs a holder; the process exits with the returned code.
 pub fn main() -> std::process::ExitCode {
@@ -151,6 +158,8 @@ fn run() -> io::Result<()> {
     let redactor = Redactor::from_pairs(secrets.0.clone());
     let spool = (spec.spool_cap > 0)
         .then(|| (SpoolBuffer::new(), SpoolFiles::create(&dir, spec.spool_cap)));
+    // A batch of 0 would be a spec from a daemon that wants every read written at once.
+    let spool_batch = usize::try_from(spec.spool_batch.max(1)).unwrap_or(usize::MAX);
     let mut h = Holder {
         shell: identity,
         holder_pid: std::process::id() as i32,
@@ -164,6 +173,8 @@ fn run() -> io::Result<()> {
             redactor.map(RedactStream::new),
         ],
         spool,
+        spool_batch,
+        last_output: std::time::Instant::now(),
         next_seq: 1,
         exit: None,
         children: true,
@@ -203,6 +214,7 @@ fn run() -> io::Result<()> {
         return Err(e);
     }
     h.serve();
+    h.write_spool();
     if let Some((_, files)) = h.spool.as_mut() {
         files.finish();
     }
@@ -375,6 +387,10 @@ struct Holder {
     secrets: super::Secrets,
     redact: [Option<RedactStream>; 2],
     spool: Option<(SpoolBuffer, SpoolFiles)>,
+    /// Buffered spool bytes at which they are written (the spec's [`HoldSpec::spool_batch`]).
+    spool_batch: usize,
+    /// When the last output was read (the spool's buffer is written after [`SPOOL_QUIET`]).
+    last_output: std::time::Instant,
     next_seq: u64,
     exit: Option<ExitNote>,
     /// Something may still be ours to reap (false once `waitpid` says ECHILD).
@@ -427,8 +443,10 @@ impl Holder {
     }
 
     /// Makes `sock` the daemon's connection (replacing any older one, whose daemon is gone) and
-    /// greets it. Everything queued for the old one is in the spool already.
+    /// greets it. Everything queued for the old one is written to the spool first: the new
+    /// daemon rebuilds its ring from the spool up to the greeting's `next_seq`.
     fn connect(&mut self, sock: UnixStream) -> io::Result<()> {
+        self.write_spool();
         sock.set_nonblocking(true)?;
         // stdin's descriptor first, then the kept one: `Hello` says which are there.
         let fds: Vec<i32> = self
@@ -488,7 +506,15 @@ impl Holder {
                     }
                 }
             }
-            match poll(&mut fds, PollTimeout::NONE) {
+            let timeout = self
+                .spool_due_in()
+                .map_or(PollTimeout::NONE, |d| {
+                    // Rounded up: a wake-up a hair early would find nothing due and poll again.
+                    let ms = d.as_millis().saturating_add(1);
+                    PollTimeout::try_from(u16::try_from(ms).unwrap_or(u16::MAX))
+                        .unwrap_or(PollTimeout::MAX)
+                });
+            match poll(&mut fds, timeout) {
                 Ok(_) => {}
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(_) => {
@@ -527,6 +553,9 @@ impl Holder {
             }
             if listener_ready {
                 self.accept();
+            }
+            if self.spool_due_in() == Some(std::time::Duration::ZERO) {
+                self.write_spool();
             }
             self.flush();
             // After the frames: the file is for a daemon that was not there to get them.
@@ -617,20 +646,26 @@ impl Holder {
             r.finish(&mut rest);
             self.record(STREAMS[i], &rest);
         }
+        // The daemon may close the log on this EOF and read it from disk from then on.
+        self.write_spool();
         let frame = super::Encoder::new(Kind::Eof)
             .u8(stream_byte(STREAMS[i]))
             .finish();
         self.queue(&frame);
     }
 
-    /// Spool first, then the daemon: the spool never lacks a byte the daemon has.
+    /// Buffers the bytes for the spool (writing a full batch) and queues them for the daemon.
+    /// The spool lacks only the buffer, fewer bytes than the daemon's ring holds.
     fn record(&mut self, stream: Stream, data: &[u8]) {
         if data.is_empty() {
             return;
         }
+        self.last_output = std::time::Instant::now();
         if let Some((buffer, files)) = self.spool.as_mut() {
             buffer.append(stream, data);
-            if let Some(batch) = buffer.take() {
+            if buffer.pending_len() >= self.spool_batch
+                && let Some(batch) = buffer.take()
+            {
                 files.write(batch);
             }
         }
@@ -642,6 +677,30 @@ impl Holder {
             c.out.push(stream_byte(stream));
             c.out.extend_from_slice(data);
         }
+        self.report_spool_health();
+    }
+
+    /// How long until the spool's buffer is due to be written (zero: now); `None` when it is
+    /// empty.
+    fn spool_due_in(&self) -> Option<std::time::Duration> {
+        let (buffer, _) = self.spool.as_ref()?;
+        let age = buffer.age()?;
+        let quiet = SPOOL_QUIET.saturating_sub(self.last_output.elapsed());
+        Some(quiet.min(FLUSH_AGE.saturating_sub(age)))
+    }
+
+    /// Writes the spool's buffer.
+    fn write_spool(&mut self) {
+        if let Some((buffer, files)) = self.spool.as_mut()
+            && let Some(batch) = buffer.take()
+        {
+            files.write(batch);
+            self.report_spool_health();
+        }
+    }
+
+    /// Tells the daemon when the count of bytes the spool lost has changed.
+    fn report_spool_health(&mut self) {
         let lost = self.spool_lost();
         if lost != self.reported_health {
             self.reported_health = lost;

@@ -127,6 +127,16 @@ impl SpoolBuffer {
         (!self.pending.is_empty()).then(|| self.end - self.pending.len() as u64)
     }
 
+    /// Bytes buffered, not handed out yet.
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// How long ago the oldest buffered byte arrived; `None` when nothing is buffered.
+    pub fn age(&self) -> Option<Duration> {
+        self.oldest_at.map(|t| t.elapsed())
+    }
+
     /// Whether the buffer should be written now: it is full, or its oldest byte is old.
     pub fn due(&self) -> bool {
         self.pending.len() >= FLUSH_BYTES

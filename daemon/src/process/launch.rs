@@ -263,6 +263,7 @@ async fn spawn_and_launch(
         }),
         // spool_max_bytes = 0 turns the disk spool off.
         spool_cap,
+        spool_batch: crate::holder::spool_batch_for(session.policy.max_buffer_bytes),
         terminal: req.terminal,
         sandbox: plan,
     };
