@@ -379,7 +379,10 @@ async fn suite(bench: &Bench, kind: Kind, c: &Counts, big_flood: bool) -> anyhow
             let r = task.await.context("join")??;
             let body = crate::servers::body_of(&r);
             if !is_background(&body) || body["reused"] == true {
-                bail!("starting process {} failed (or reused one): {body}", ids.len());
+                bail!(
+                    "starting process {} failed (or reused one): {body}",
+                    ids.len()
+                );
             }
             ids.push(body[d.id].clone());
         }

@@ -506,14 +506,12 @@ impl Holder {
                     }
                 }
             }
-            let timeout = self
-                .spool_due_in()
-                .map_or(PollTimeout::NONE, |d| {
-                    // Rounded up: a wake-up a hair early would find nothing due and poll again.
-                    let ms = d.as_millis().saturating_add(1);
-                    PollTimeout::try_from(u16::try_from(ms).unwrap_or(u16::MAX))
-                        .unwrap_or(PollTimeout::MAX)
-                });
+            let timeout = self.spool_due_in().map_or(PollTimeout::NONE, |d| {
+                // Rounded up: a wake-up a hair early would find nothing due and poll again.
+                let ms = d.as_millis().saturating_add(1);
+                PollTimeout::try_from(u16::try_from(ms).unwrap_or(u16::MAX))
+                    .unwrap_or(PollTimeout::MAX)
+            });
             match poll(&mut fds, timeout) {
                 Ok(_) => {}
                 Err(nix::errno::Errno::EINTR) => continue,
@@ -1141,6 +1139,8 @@ mod tests {
             secrets: super::super::Secrets::default(),
             redact: [None, None],
             spool: None,
+            spool_batch: usize::MAX,
+            last_output: std::time::Instant::now(),
             next_seq: 1,
             exit: None,
             children: false,
@@ -1178,5 +1178,65 @@ mod tests {
         assert!(h.conn.is_none(), "the daemon's end is seen");
         assert!(h.kept.is_some(), "the listener handed over is kept");
         std::net::TcpStream::connect(addr).expect("the kept listener still takes connections");
+    }
+
+    /// A holder linked to `sock` that spools into `dir` in batches of `batch` bytes.
+    fn spooling_holder(sock: UnixStream, dir: &std::path::Path, batch: usize) -> Holder {
+        let mut h = holder_linked_to(sock);
+        h.spool = Some((SpoolBuffer::new(), SpoolFiles::create(dir, 1 << 30)));
+        h.spool_batch = batch;
+        h
+    }
+
+    fn on_disk(dir: &std::path::Path) -> Vec<u8> {
+        std::fs::read(dir.join("out.0")).unwrap_or_default()
+    }
+
+    /// Issue 26 item 7: reads below the batch stay in memory (one `pwrite` per batch, not per
+    /// read), while every byte is queued for the daemon at once; reaching the batch writes
+    /// everything buffered.
+    #[test]
+    fn output_is_written_to_the_spool_once_a_batch_is_reached() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_daemon, holder_end) = UnixStream::pair().expect("socketpair");
+        let mut h = spooling_holder(holder_end, dir.path(), 100);
+        h.record(Stream::Stdout, &[b'a'; 60]);
+        assert_eq!(on_disk(dir.path()), b"", "below the batch: buffered");
+        let queued = h.conn.as_ref().expect("conn").out.len();
+        assert_eq!(queued, 4 + 2 + 60, "the daemon gets the bytes at once");
+        h.record(Stream::Stdout, &[b'b'; 40]);
+        let mut want = vec![b'a'; 60];
+        want.extend_from_slice(&[b'b'; 40]);
+        assert_eq!(on_disk(dir.path()), want, "the batch is written whole");
+        assert_eq!(h.spool_due_in(), None, "nothing left buffered");
+    }
+
+    /// Buffered bytes are due once output pauses for the quiet time (the poll's timeout wakes
+    /// the holder for it), and they are written before an EOF goes to the daemon, which may
+    /// close the log on it and read the rest from disk.
+    #[test]
+    fn buffered_output_is_due_after_a_pause_and_written_before_an_eof() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_daemon, holder_end) = UnixStream::pair().expect("socketpair");
+        let mut h = spooling_holder(holder_end, dir.path(), 1 << 20);
+        h.record(Stream::Stdout, b"one line\n");
+        let wait = h.spool_due_in().expect("something buffered");
+        assert!(wait <= SPOOL_QUIET, "{wait:?}");
+        h.last_output -= SPOOL_QUIET;
+        assert_eq!(h.spool_due_in(), Some(std::time::Duration::ZERO));
+
+        let (read_end, _write_end) = nix::unistd::pipe().expect("pipe");
+        h.pipes[0] = Some(read_end);
+        h.record(Stream::Stdout, b"last\n");
+        h.end_pipe(0);
+        assert_eq!(on_disk(dir.path()), b"one line\nlast\n");
+        let out = &h.conn.as_ref().expect("conn").out;
+        let (kind, payload, _) = split_frame(&out[out.len() - 6..])
+            .expect("frame")
+            .expect("whole");
+        assert_eq!(
+            (kind, payload),
+            (Kind::Eof, &[stream_byte(Stream::Stdout)][..])
+        );
     }
 }
