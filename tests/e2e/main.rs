@@ -21,6 +21,7 @@ mod holders_crash;
 mod holders_launcher;
 mod holders_restart;
 mod holders_spare;
+mod holders_upgrade;
 mod holders_zygote;
 mod input_wait;
 mod lean_answers;

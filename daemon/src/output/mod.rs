@@ -449,7 +449,7 @@ impl OutputLog {
         self.end.send_modify(|e| e.next_seq = next_seq);
     }
 
-    /// Writes buffered spool bytes to disk (the pipe readers call this when output pauses).
+    /// Writes buffered spool bytes to disk (a log dropped without `close`; tests).
     pub fn flush_spool(&self) {
         let mut inner = self.lock();
         let batch = inner.spool.as_mut().and_then(SpoolBuffer::take);

@@ -32,9 +32,9 @@ pub(crate) const SEGMENT_BYTES: u64 = 4 * 1024 * 1024;
 pub(crate) const FLUSH_BYTES: usize = 128 * 1024;
 
 /// Oldest buffered byte's age at which the buffer is written even while output keeps coming:
-/// without it a process printing a line every 30 ms never pauses long enough for the pipe
-/// readers' quiet-time flush, and a daemon crash would lose everything it printed (RELIABILITY,
-/// issue 16 item 5). A crash loses at most this long, or [`FLUSH_BYTES`], of output.
+/// without it a process printing a line every 30 ms never pauses long enough for the holder's
+/// quiet-time write (`holder::serve`), and a holder killed outright would lose everything it
+/// printed (issue 16 item 5). A crash loses at most this long, or [`FLUSH_BYTES`], of output.
 pub(crate) const FLUSH_AGE: Duration = Duration::from_millis(250);
 
 /// Beyond this many stream-switch records the spool stops (pathological 1-byte interleaving).

@@ -222,8 +222,8 @@ fn on_disk(dir: &Path) -> Vec<u8> {
         .collect()
 }
 
-/// Issue 16 item 5: a process printing a line every 30 ms never pauses long enough for the
-/// quiet-time flush; its bytes still reach the disk once the oldest is `FLUSH_AGE` old.
+/// Issue 16 item 5: a process printing a line every 30 ms never pauses long enough for a
+/// quiet-time write; its bytes still reach the disk once the oldest is `FLUSH_AGE` old.
 #[test]
 fn a_chatty_process_reaches_the_disk_within_the_flush_age() {
     let dir = tempfile::tempdir().expect("tempdir");
