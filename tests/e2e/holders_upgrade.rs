@@ -9,7 +9,9 @@ use std::path::PathBuf;
 
 use yieldshell_proto::pb;
 
-use crate::helper::{Client, Pid, TestDaemon, bin, eventually, run, testbin, ticks};
+use crate::helper::{
+    TestDaemon, bin, eventually, pid_of, run, testbin, ticks, ticks_go_on_unbroken,
+};
 
 /// The previous release's daemon binary.
 fn previous_daemon() -> PathBuf {
@@ -18,18 +20,6 @@ fn previous_daemon() -> PathBuf {
         .expect("YIELDSHELL_PREVIOUS_DAEMON names the previous release's yieldshelld: run .ci/test-extra previous");
     assert!(path.is_file(), "{} is not built", path.display());
     path
-}
-
-/// The pid of process `id` once it has one.
-async fn pid_of(c: &Client, id: &str) -> Pid {
-    eventually("the process's pid", || async {
-        let all = c.list(pb::Scope::All, false).await;
-        all.iter()
-            .find(|p| p.process_id == id)
-            .and_then(|p| p.pid)
-            .and_then(|pid| Pid::of(pid as i32))
-    })
-    .await
 }
 
 #[ignore = "needs a yieldshelld of the previous release: run .ci/test-extra previous"]
@@ -87,17 +77,7 @@ async fn a_daemon_upgrade_re_adopts_the_previous_releases_holders() {
         assert_eq!(p.pid, Some(pid.pid as u32), "the same process");
         assert!(pid.alive());
     }
-    let seen = ticks(&c.read_all(&ticker_id, 1 << 20).await.0).len();
-    let numbers = eventually("ticks after the upgrade", || async {
-        let n = ticks(&c.read_all(&ticker_id, 1 << 20).await.0);
-        (n.len() >= seen + 5).then_some(n)
-    })
-    .await;
-    assert_eq!(
-        numbers,
-        (0..numbers.len() as u64).collect::<Vec<_>>(),
-        "no line lost or repeated across the upgrade"
-    );
+    ticks_go_on_unbroken(&c, &ticker_id, "the upgrade").await;
 
     c.write(&cat_id, b"after\n", true)
         .await

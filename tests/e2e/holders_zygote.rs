@@ -11,7 +11,7 @@ use yieldshell_proto::pb;
 
 use crate::helper::{
     Pid, TestDaemon, bin, eventually, fd_count, fd_target, fd_targets, holders_in,
-    marked_processes, run, testbin, ticks, zombies_of,
+    marked_processes, pid_of, run, testbin, ticks, ticks_go_on_unbroken, zombies_of,
 };
 
 /// Children of `parent` (from `/proc/<pid>/task/*/children`).
@@ -135,21 +135,7 @@ async fn the_zygote_stays_bounded_and_its_holders_owe_it_nothing() {
         (!zygote.alive()).then_some(())
     })
     .await;
-    let seen = ticks(&c.read_all(&id, 1 << 20).await.0).len();
-    let r = c.exec("echo after").await;
-    assert_eq!(r.status, pb::ExecStatus::Completed as i32);
-    let again = eventually("a new zygote", || async {
-        zygote_of(daemon).filter(|z| *z != zygote)
-    })
-    .await;
-    assert!(again.alive());
-    let numbers = eventually("the ticker going on", || async {
-        let n = ticks(&c.read_all(&id, 1 << 20).await.0);
-        (n.len() >= seen + 5).then_some(n)
-    })
-    .await;
-    assert_eq!(numbers, (0..numbers.len() as u64).collect::<Vec<_>>());
-    assert!(holder.alive());
+    ticks_go_on_unbroken(&c, &id, "the takeover").await;
     c.stop(&id, "TERM", 2000).await.expect("stop");
     let w = c.wait_exit(&id).await;
     assert_eq!(
@@ -174,14 +160,7 @@ async fn a_daemon_of_another_version_takes_over_every_process() {
     let old = d.status().await;
     let c = d.session();
     let id = c.spawn_bg(&format!("exec {} tick 20", testbin())).await;
-    let ticker = eventually("the ticker's pid", || async {
-        let all = c.list(pb::Scope::All, false).await;
-        all.iter()
-            .find(|p| p.process_id == id)
-            .and_then(|p| p.pid)
-            .and_then(|pid| Pid::of(pid as i32))
-    })
-    .await;
+    let ticker = pid_of(&c, &id).await;
     eventually("a few ticks", || async {
         (ticks(&c.read_all(&id, 1 << 20).await.0).len() >= 3).then_some(())
     })

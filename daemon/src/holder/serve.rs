@@ -509,8 +509,7 @@ impl Holder {
             let timeout = self.spool_due_in().map_or(PollTimeout::NONE, |d| {
                 // Rounded up: a wake-up a hair early would find nothing due and poll again.
                 let ms = d.as_millis().saturating_add(1);
-                PollTimeout::try_from(u16::try_from(ms).unwrap_or(u16::MAX))
-                    .unwrap_or(PollTimeout::MAX)
+                PollTimeout::from(u16::try_from(ms).unwrap_or(u16::MAX))
             });
             match poll(&mut fds, timeout) {
                 Ok(_) => {}

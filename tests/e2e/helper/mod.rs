@@ -59,3 +59,32 @@ pub fn ticks(text: impl AsRef<[u8]>) -> Vec<u64> {
         .filter_map(|l| l.strip_prefix("tick ")?.parse().ok())
         .collect()
 }
+
+/// The process of managed process `id` (as `ps` lists it), once it has a pid.
+pub async fn pid_of(c: &Client, id: &str) -> Pid {
+    eventually("the process's pid", || async {
+        let all = c.list(yieldshell_proto::pb::Scope::All, false).await;
+        all.iter()
+            .find(|p| p.process_id == id)
+            .and_then(|p| p.pid)
+            .and_then(|pid| Pid::of(pid as i32))
+    })
+    .await
+}
+
+/// Waits for five more ticks of `testbin tick` process `id` than it has printed now, then checks
+/// that every tick since the start is there once, in order: nothing was lost or repeated by
+/// whatever happened to the daemon before.
+pub async fn ticks_go_on_unbroken(c: &Client, id: &str, what: &str) {
+    let seen = ticks(&c.read_all(id, 1 << 20).await.0).len();
+    let numbers = eventually("more ticks", || async {
+        let n = ticks(&c.read_all(id, 1 << 20).await.0);
+        (n.len() >= seen + 5).then_some(n)
+    })
+    .await;
+    assert_eq!(
+        numbers,
+        (0..numbers.len() as u64).collect::<Vec<_>>(),
+        "no line lost or repeated across {what}"
+    );
+}
