@@ -14,6 +14,38 @@ use serde::Deserialize;
 use crate::policy::PolicyFloor;
 use crate::process::actor::ActorTiming;
 
+/// Why the config file cannot be used. Its cause is kept as the error's source: the daemon's
+/// startup error prints the whole chain.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file exists but cannot be read.
+    #[error("reading {}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not TOML, or not the daemon's keys.
+    #[error("invalid config file {}", path.display())]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// What the parser says (with line and column).
+        #[source]
+        source: toml::de::Error,
+    },
+    /// Its policy floor does not compile (a bad regex or side-effect name).
+    #[error("invalid config file {}: {message}", path.display())]
+    Floor {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, as the policy words it.
+        message: String,
+    },
+}
+
 /// Contents of the config file; every field is optional.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -70,20 +102,31 @@ impl FileConfig {
     }
 
     /// Reads the file; a missing file is an empty config, a malformed one is an error naming it.
-    pub fn load(path: Option<&Path>) -> Result<FileConfig, String> {
+    pub fn load(path: Option<&Path>) -> Result<FileConfig, ConfigError> {
         let Some(path) = path else {
             return Ok(FileConfig::default());
         };
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(FileConfig::default()),
-            Err(e) => return Err(format!("reading {}: {e}", path.display())),
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
         };
-        let cfg: FileConfig = toml::from_str(&text)
-            .map_err(|e| format!("invalid config file {}: {e}", path.display()))?;
+        let cfg: FileConfig = toml::from_str(&text).map_err(|source| ConfigError::Syntax {
+            path: path.to_path_buf(),
+            source,
+        })?;
         // Compile the floor once now, so a bad regex or side-effect name fails at startup.
-        crate::policy::Policy::compile(&Default::default(), &cfg.policy)
-            .map_err(|e| format!("invalid config file {}: {e}", path.display()))?;
+        crate::policy::Policy::compile(&Default::default(), &cfg.policy).map_err(|message| {
+            ConfigError::Floor {
+                path: path.to_path_buf(),
+                message,
+            }
+        })?;
         Ok(cfg)
     }
 }
@@ -105,21 +148,36 @@ pub struct DaemonConfig {
 mod tests {
     use super::*;
 
+    /// The error and its causes, as the daemon's startup error prints them.
+    fn chain(e: &dyn std::error::Error) -> String {
+        let mut text = e.to_string();
+        let mut source = e.source();
+        while let Some(s) = source {
+            text = format!("{text}: {s}");
+            source = s.source();
+        }
+        text
+    }
+
     #[test]
     fn unknown_keys_and_bad_floors_are_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path().join("c.toml");
         std::fs::write(&p, "max_running = 3\n").expect("write");
-        assert!(
-            FileConfig::load(Some(&p))
-                .expect_err("unknown key")
-                .contains("max_running")
-        );
+        let e = FileConfig::load(Some(&p)).expect_err("unknown key");
+        assert!(matches!(e, ConfigError::Syntax { .. }), "{e:?}");
+        // The parser's word stays the error's source, not a string inside its message.
+        assert!(!e.to_string().contains("max_running"), "{e}");
+        assert!(chain(&e).contains("max_running"), "{}", chain(&e));
         std::fs::write(&p, "[policy]\nblocked_side_effects = [\"NOPE\"]\n").expect("write");
+        let e = FileConfig::load(Some(&p)).expect_err("bad name");
+        assert!(matches!(e, ConfigError::Floor { .. }), "{e:?}");
+        assert!(e.to_string().contains("NOPE"), "{e}");
+        // A file that cannot be read: the io error is the source.
+        let e = FileConfig::load(Some(dir.path())).expect_err("a directory");
         assert!(
-            FileConfig::load(Some(&p))
-                .expect_err("bad name")
-                .contains("NOPE")
+            matches!(&e, ConfigError::Read { source, .. } if source.kind() != std::io::ErrorKind::NotFound),
+            "{e:?}"
         );
         std::fs::write(
             &p,

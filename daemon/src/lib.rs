@@ -261,7 +261,7 @@ pub async fn run(config: DaemonConfig, log_dir: PathBuf) -> anyhow::Result<Ended
             let mut ids = Vec::new();
             for p in d.registry.all() {
                 let s = p.state();
-                if !s.settled || s.descendants > 0 || s.status == process::Status::Running {
+                if s.reported_running() || s.descendants > 0 {
                     leaders.extend(s.identity);
                     holders.extend(p.holder);
                     ids.push(p.facts.id.clone());

@@ -216,7 +216,7 @@ fn real_main(args: Args) -> anyhow::Result<yieldshelld::Ended> {
     };
     let socket = args.socket.unwrap_or_else(paths::default_socket_path);
     let config_file = args.config.or_else(paths::default_config_file);
-    let file = FileConfig::load(config_file.as_deref()).map_err(anyhow::Error::msg)?;
+    let file = FileConfig::load(config_file.as_deref())?;
     yieldshelld::record::create_private_dir(&state_dir)?;
     let log_dir = state_dir.join("logs");
     let _guard = init_logging(&log_dir, args.log_stderr)?;

@@ -27,18 +27,14 @@ use crate::process::ProcessFacts;
 #[cfg(unix)]
 use crate::process::actor::{self, ActorContext};
 use crate::process::tree::{self, Identity};
-use crate::process::{LostReason, ManagedProcess, ProcState, RecordStatus, Status};
+use crate::process::{End, EndStatus, Life, LostReason, ManagedProcess, ProcState, RecordStatus};
 use crate::record::ProcessRecord;
-use crate::status::ExitHow;
+use crate::status::from_unix_ms;
 
 /// Ring size for restored processes (the seed default; sessions cannot be consulted any more).
 const RESTORED_RING_BYTES: usize = 262_144;
 /// Grace between SIGTERM and SIGKILL for leftovers.
 const LEFTOVER_GRACE: Duration = Duration::from_millis(500);
-
-fn from_unix_ms(ms: i64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-}
 
 struct Leftover {
     process_id: String,
@@ -54,12 +50,12 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
     let mut adopted = 0usize;
     for record in daemon.store.load_all() {
         let mut record = record;
-        let mut state = restored_state(&record);
+        let mut state = ProcState::from_record(&record);
         #[cfg(unix)]
         let dir = daemon.store.dir(&record.process_id);
         // Windows has no holders: a process of an earlier daemon ended with it (its job closed).
         #[cfg(unix)]
-        if state.status == Status::Running {
+        if state.life == Life::Running {
             match crate::holder::link::attach(&dir) {
                 Ok(held) => match adopt(daemon, &record, held) {
                     Ok(()) => {
@@ -74,8 +70,7 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
                     // A newer release's holder (a downgrade): left alone, running, its output
                     // readable; its record untouched, for a daemon that speaks its protocol.
                     tracing::warn!(process_id = %record.process_id, "not re-adopted: {e}");
-                    state.status = Status::Lost;
-                    state.lost_reason = Some(LostReason::NewerHolder);
+                    state.life = Life::LeftToNewerHolder;
                     let output = Arc::new(OutputLog::restore(
                         RESTORED_RING_BYTES,
                         &daemon.store.dir(&record.process_id),
@@ -95,23 +90,28 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
             }
         }
         #[cfg(unix)]
-        if state.status == Status::Running
+        if state.life == Life::Running
             && let Some(note) = crate::holder::link::exit_file(&dir)
         {
             // Ended while no daemon ran: its holder wrote how, then exited with nothing left.
             tracing::info!(process_id = %record.process_id, "process ended while no daemon ran");
-            state.status = Status::Completed;
-            state.exit = Some(note.how);
-            state.ended_at = Some(from_unix_ms(note.ended_at_ms));
-            state.duration = u64::try_from(note.ended_at_ms - record.started_at_ms)
-                .ok()
-                .map(Duration::from_millis);
+            state.end_with(
+                End {
+                    status: EndStatus::Completed,
+                    exit: Some(note.how),
+                    at: from_unix_ms(note.ended_at_ms),
+                    duration: Duration::from_millis(
+                        u64::try_from(note.ended_at_ms - record.started_at_ms).unwrap_or(0),
+                    ),
+                },
+                true,
+            );
             record = ProcessFacts::from_record(&record).record(&state);
             if let Err(e) = daemon.store.save_now(&record) {
                 tracing::warn!(process_id = %record.process_id, "updating record failed: {e}");
             }
         }
-        if state.status == Status::Running {
+        if state.life == Life::Running {
             #[cfg_attr(windows, allow(unused_mut))]
             let (mut reason, leader) = classify(&record);
             #[cfg(unix)]
@@ -119,18 +119,23 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
                 reason = LostReason::HolderDied;
             }
             tracing::warn!(process_id = %record.process_id, reason = reason.as_str(), "process left running by a previous daemon; stopping it");
-            state.status = Status::Lost;
-            state.lost_reason = Some(reason);
-            state.ended_at = Some(SystemTime::now());
-            state.duration = SystemTime::now()
+            let now = SystemTime::now();
+            let duration = now
                 .duration_since(from_unix_ms(record.started_at_ms))
-                .ok();
+                .unwrap_or_default();
+            state.end_with(
+                End {
+                    status: EndStatus::Lost(reason),
+                    exit: None,
+                    at: now,
+                    duration,
+                },
+                true,
+            );
             record.status = RecordStatus::Lost;
-            record.lost_reason = state.lost_reason;
-            record.ended_at_ms = state.ended_at.map(crate::status::unix_ms);
-            record.duration_ms = state
-                .duration
-                .map(|d| u64::try_from(d.as_millis()).unwrap_or(0));
+            record.lost_reason = Some(reason);
+            record.ended_at_ms = Some(crate::status::unix_ms(now));
+            record.duration_ms = Some(u64::try_from(duration.as_millis()).unwrap_or(0));
             if let Err(e) = daemon.store.save_now(&record) {
                 tracing::warn!(process_id = %record.process_id, "updating record failed: {e}");
             }
@@ -184,7 +189,7 @@ pub fn recover(daemon: &Arc<Daemon>) -> usize {
         let output = Arc::new(OutputLog::restore(RESTORED_RING_BYTES, &dir));
         daemon.registry.insert(Arc::new(ManagedProcess::restored(
             &record,
-            restored_state(&record),
+            ProcState::from_record(&record),
             output,
         )));
         leftovers.push(Leftover {
@@ -243,28 +248,6 @@ fn adopt(
     daemon.registry.insert(proc.clone());
     daemon.track_actor(proc, handle);
     Ok(())
-}
-
-fn restored_state(r: &ProcessRecord) -> ProcState {
-    let status = r.status.status();
-    ProcState {
-        status,
-        identity: r.pid.map(|pid| Identity {
-            pid,
-            start_time: r.start_time.unwrap_or(0),
-        }),
-        exit: match (r.exit_code, r.signal) {
-            (Some(c), _) => Some(ExitHow::Code(c)),
-            (None, Some(s)) => Some(ExitHow::Signal(s)),
-            _ => None,
-        },
-        ended_at: r.ended_at_ms.map(from_unix_ms),
-        duration: r.duration_ms.map(Duration::from_millis),
-        settled: true,
-        descendants: 0,
-        ended_by: r.ended_by,
-        lost_reason: r.lost_reason,
-    }
 }
 
 /// Why a leftover is lost, and the shell whose process group may be signalled (only when the

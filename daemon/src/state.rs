@@ -147,11 +147,8 @@ impl Daemon {
             .filter_map(|p| {
                 let s = p.state();
                 // One left for a daemon that speaks its holder's protocol keeps its record.
-                let ended = s.settled
-                    && s.descendants == 0
-                    && s.status != process::Status::Running
-                    && s.lost_reason != Some(process::LostReason::NewerHolder);
-                let ended_at = s.ended_at.unwrap_or(p.facts.started_at);
+                let ended = s.finished();
+                let ended_at = s.ended_at().unwrap_or(p.facts.started_at);
                 (ended && p.output.end().closed).then_some((p, ended_at))
             })
             .collect();

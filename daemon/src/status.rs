@@ -17,6 +17,34 @@ pub enum ExitHow {
     Signal(i32),
 }
 
+impl ExitHow {
+    /// The one the wire and the record keep as two optional fields (`exit_code`, `signal`):
+    /// a code wins where a record has both.
+    pub fn from_parts(code: Option<i32>, signal: Option<i32>) -> Option<ExitHow> {
+        match (code, signal) {
+            (Some(c), _) => Some(ExitHow::Code(c)),
+            (None, Some(s)) => Some(ExitHow::Signal(s)),
+            (None, None) => None,
+        }
+    }
+
+    /// The exit code, when it exited with one.
+    pub fn code(self) -> Option<i32> {
+        match self {
+            ExitHow::Code(c) => Some(c),
+            ExitHow::Signal(_) => None,
+        }
+    }
+
+    /// The signal number, when a signal killed it.
+    pub fn signal(self) -> Option<i32> {
+        match self {
+            ExitHow::Signal(s) => Some(s),
+            ExitHow::Code(_) => None,
+        }
+    }
+}
+
 /// Lifecycle status (README, "Tools": statuses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -183,6 +211,11 @@ impl LostReason {
             LostReason::Unknown => "unknown",
         }
     }
+}
+
+/// The time `ms` milliseconds after the Unix epoch (the epoch itself for a negative `ms`).
+pub fn from_unix_ms(ms: i64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
 /// Milliseconds since the Unix epoch.

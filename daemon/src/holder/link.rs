@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 
 #[cfg(target_os = "linux")]
 use super::zygote::ForkError;
-use super::{Encoder, ExitNote, Hello, HoldSpec, Kind, SOCKET_NAME, stream_of};
+use super::{Encoder, ExitNote, Hello, HoldSpec, Kind, PipesAtEof, SOCKET_NAME, stream_of};
 use crate::output::OutputLog;
 use crate::spawn::identity::{self, Identity};
 use crate::spawn::reaper::{ExitHow, Reaper};
@@ -954,14 +954,14 @@ impl Link {
 async fn pump(
     read: OwnedReadHalf,
     log: Arc<OutputLog>,
-    mut eof: u8,
+    mut eof: PipesAtEof,
     done_tx: oneshot::Sender<()>,
     (mut exit_tx, left_alone): (Option<oneshot::Sender<ExitHow>>, Arc<AtomicBool>),
     // Keeps the write half (and so the connection) open while frames come.
     _control: HolderControl,
 ) {
     let mut done_tx = Some(done_tx);
-    if eof == 3
+    if eof.both()
         && let Some(tx) = done_tx.take()
     {
         let _ = tx.send(());
@@ -993,9 +993,9 @@ async fn pump(
             }
             Some(Kind::Eof) => {
                 if let Some(&s) = payload.first() {
-                    eof |= s & 3;
+                    eof = eof.and(PipesAtEof::from_byte(s));
                 }
-                if eof == 3
+                if eof.both()
                     && let Some(tx) = done_tx.take()
                 {
                     let _ = tx.send(());

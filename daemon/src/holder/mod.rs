@@ -247,6 +247,46 @@ pub fn split_frame(buf: &[u8]) -> io::Result<Option<(Kind, &[u8], usize)>> {
     Ok(Some((kind, &buf[5..4 + len], 4 + len)))
 }
 
+/// Which of the process's two output pipes reached EOF (or were closed).
+///
+/// On the wire one byte, bit 0 stdout and bit 1 stderr, in every protocol version (a [`Hello`]
+/// carries it; a [`Kind::Eof`] frame's stream byte is the same bit). Other bits are ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PipesAtEof {
+    /// Stdout reached EOF.
+    pub stdout: bool,
+    /// Stderr reached EOF.
+    pub stderr: bool,
+}
+
+impl PipesAtEof {
+    /// Reads the wire byte.
+    pub fn from_byte(b: u8) -> PipesAtEof {
+        PipesAtEof {
+            stdout: b & 1 != 0,
+            stderr: b & 2 != 0,
+        }
+    }
+
+    /// The wire byte.
+    pub fn byte(self) -> u8 {
+        u8::from(self.stdout) | (u8::from(self.stderr) << 1)
+    }
+
+    /// Both pipes reached EOF: the output is complete.
+    pub fn both(self) -> bool {
+        self.stdout && self.stderr
+    }
+
+    /// These and `more`'s.
+    pub fn and(self, more: PipesAtEof) -> PipesAtEof {
+        PipesAtEof {
+            stdout: self.stdout || more.stdout,
+            stderr: self.stderr || more.stderr,
+        }
+    }
+}
+
 /// Stream byte on the wire.
 pub fn stream_byte(s: Stream) -> u8 {
     match s {
@@ -561,8 +601,8 @@ pub struct Hello {
     pub next_seq: u64,
     /// How the shell ended, if it has.
     pub exit: Option<ExitNote>,
-    /// Pipes that reached EOF (or were closed): bit 0 stdout, bit 1 stderr.
-    pub eof: u8,
+    /// Pipes that reached EOF (or were closed).
+    pub eof: PipesAtEof,
     /// Spool bytes not written (disk full) or given up on.
     pub dropped: u64,
     /// Whether stdin is open (its write end comes with the frame).
@@ -598,7 +638,7 @@ impl Hello {
             .i64(i64::from(self.shell_pid))
             .u64(self.shell_start_time)
             .u64(self.next_seq)
-            .u8(self.eof)
+            .u8(self.eof.byte())
             .u64(self.dropped)
             .u8(u8::from(self.stdin_open));
         let e = match self.exit {
@@ -626,7 +666,7 @@ impl Hello {
             shell_pid: pid(d.i64()?)?,
             shell_start_time: d.u64()?,
             next_seq: d.u64()?,
-            eof: d.u8()?,
+            eof: PipesAtEof::from_byte(d.u8()?),
             dropped: d.u64()?,
             stdin_open: d.u8()? != 0,
             exit: ExitNote::get(&mut d)?,
@@ -854,7 +894,10 @@ mod tests {
                 how: ExitHow::Signal(9),
                 ended_at_ms: 1_700_000_000_000,
             }),
-            eof: 3,
+            eof: PipesAtEof {
+                stdout: true,
+                stderr: true,
+            },
             dropped: 5,
             stdin_open: false,
             terminal: true,
@@ -875,6 +918,47 @@ mod tests {
         };
         let (_, body) = payload(&running.encode());
         assert_eq!(Hello::decode(&body).expect("decode").exit, None);
+    }
+
+    #[test]
+    fn which_pipes_reached_eof_keeps_its_wire_byte() {
+        // The byte every holder version sends: bit 0 stdout, bit 1 stderr.
+        for (byte, stdout, stderr) in [
+            (0u8, false, false),
+            (1, true, false),
+            (2, false, true),
+            (3, true, true),
+        ] {
+            let eof = PipesAtEof { stdout, stderr };
+            assert_eq!(eof.byte(), byte);
+            assert_eq!(PipesAtEof::from_byte(byte), eof);
+            assert_eq!(eof.both(), byte == 3);
+            let hello = Hello {
+                holder_pid: 1,
+                shell_pid: 2,
+                shell_start_time: 3,
+                next_seq: 4,
+                exit: None,
+                eof,
+                dropped: 0,
+                stdin_open: true,
+                terminal: false,
+                protocol: PROTOCOL,
+                listener: false,
+                redact: Secrets::default(),
+            };
+            let frame = hello.encode();
+            // Its place in the frame: after the length, kind, two pids, start time and next_seq.
+            assert_eq!(frame[4 + 1 + 8 * 4], byte, "{eof:?}");
+            let (_, body) = payload(&frame);
+            assert_eq!(Hello::decode(&body).expect("decode").eof, eof);
+        }
+        // An Eof frame's stream byte adds its pipe; bits no version uses are ignored.
+        let stdout = PipesAtEof::from_byte(stream_byte(Stream::Stdout));
+        let stderr = PipesAtEof::from_byte(stream_byte(Stream::Stderr));
+        assert!(!stdout.both() && !stderr.both());
+        assert!(stdout.and(stderr).both());
+        assert_eq!(PipesAtEof::from_byte(0xfc), PipesAtEof::default());
     }
 
     #[test]

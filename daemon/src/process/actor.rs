@@ -57,7 +57,8 @@ use super::terminal::Terminal;
 use super::tree::SystemTree;
 use super::tree::{self, Identity, ProcessTree};
 use super::{
-    Control, ManagedProcess, ProcState, ProcessFacts, Status, StdinWrite, StopOutcome, StopReason,
+    Control, End, EndStatus, ManagedProcess, ProcState, ProcessFacts, StdinWrite, StopOutcome,
+    StopReason,
 };
 #[cfg(unix)]
 use crate::holder::link::{Held, HolderControl, Link};
@@ -340,9 +341,31 @@ struct Actor<T: ProcessTree> {
     phase: Phase,
     /// The shell's exit status is still to come.
     exit: Option<oneshot::Receiver<ExitHow>>,
+    /// How and when the shell exited while a stop of the running process was taking its tree
+    /// down: the stop decides the status once the tree is gone, and the end keeps these.
+    shell_exit: Option<ShellExit>,
     /// Descendants were found outside the process group after the shell exited (a `setsid`
     /// grandchild, a double-forked daemon): from then on only a full sweep counts them.
     outside_group: bool,
+}
+
+/// How and when the shell exited.
+#[derive(Debug, Clone, Copy)]
+struct ShellExit {
+    how: ExitHow,
+    at: SystemTime,
+    duration: Duration,
+}
+
+impl ShellExit {
+    fn end(self, status: EndStatus) -> End {
+        End {
+            status,
+            exit: Some(self.how),
+            at: self.at,
+            duration: self.duration,
+        }
+    }
 }
 
 async fn sleep_opt(at: Option<Instant>) {
@@ -392,6 +415,7 @@ impl<T: ProcessTree> Actor<T> {
                 shutdown: false,
             },
             exit: None,
+            shell_exit: None,
             outside_group: false,
         }
     }
@@ -412,7 +436,7 @@ impl<T: ProcessTree> Actor<T> {
         // Before the result is published: the answer that reports the failure names the denial.
         self.note_denial();
         self.update(|s| {
-            s.settled = true;
+            s.settle();
             s.descendants = descendants;
         });
         self.persist();
@@ -425,7 +449,7 @@ impl<T: ProcessTree> Actor<T> {
         let Some(confinement) = self.proc.facts.sandbox.as_ref() else {
             return;
         };
-        if !matches!(self.proc.state.borrow().exit, Some(ExitHow::Code(c)) if c != 0) {
+        if !matches!(self.proc.state.borrow().exit(), Some(ExitHow::Code(c)) if c != 0) {
             return;
         }
         let tail = self.proc.output.read(&crate::output::ReadQuery {
@@ -454,7 +478,7 @@ impl<T: ProcessTree> Actor<T> {
             panic!("injected fault: actor panic (YIELDSHELL_TEST_FAULTS)");
         }
         loop {
-            debug_assert_eq!(self.phase.settled(), self.proc.state.borrow().settled);
+            debug_assert_eq!(self.phase.settled(), self.proc.state.borrow().settled());
             if let Phase::Settled { swept, .. } = self.phase
                 && self.readers.is_none()
             {
@@ -552,19 +576,17 @@ impl<T: ProcessTree> Actor<T> {
             }
             return;
         };
-        let duration = self.proc.started.elapsed();
-        let record_exit = |s: &mut ProcState| {
-            s.exit = Some(how);
-            s.ended_at = Some(SystemTime::now());
-            s.duration = Some(duration);
+        let exited = ShellExit {
+            how,
+            at: SystemTime::now(),
+            duration: self.proc.started.elapsed(),
         };
         match self.phase {
             Phase::Running {
                 shutdown: false, ..
             } => {
                 self.update(|s| {
-                    record_exit(s);
-                    s.status = Status::Completed;
+                    s.end_with(exited.end(EndStatus::Completed), false);
                 });
                 self.phase = Phase::Draining {
                     until: Instant::now() + self.ctx.timing.drain_grace,
@@ -577,17 +599,19 @@ impl<T: ProcessTree> Actor<T> {
             Phase::Running { shutdown: true, .. } => {
                 // Ended by the daemon's shutdown sweep.
                 self.update(|s| {
-                    record_exit(s);
-                    s.status = Status::Stopped;
-                    s.ended_by = Some(StopReason::Shutdown.ended_by());
+                    s.end_with(exited.end(StopReason::Shutdown.end_status()), false);
                     s.descendants = 0;
                 });
                 self.stdin_close.cancel();
                 self.close(Vec::new());
             }
-            Phase::Stopping(_) => self.update(record_exit),
-            // A stop that gave up on SIGKILL survivors has recorded its end already.
-            _ => self.update(|s| s.exit = Some(how)),
+            // A stop of the running process: it decides the status once the tree is gone.
+            Phase::Stopping(_) if self.proc.state.borrow().end().is_none() => {
+                self.shell_exit = Some(exited);
+            }
+            // Its end was decided before the holder told the exit (a stop found the tree gone
+            // first, or interrupted the drain): only the exit is added.
+            _ => self.update(|s| s.note_late_exit(how)),
         }
     }
 
@@ -622,7 +646,9 @@ impl<T: ProcessTree> Actor<T> {
                         // Never recorded as stopped while something of it runs: the callers
                         // hear how many survived, the process stays as it was (running, or
                         // settled with its descendants counted), and the stop goes on.
-                        let outcome = run.outcome(false, left);
+                        let outcome = StopOutcome::Incomplete {
+                            survivors: left.max(1),
+                        };
                         let replies = run.take_waiters().into_iter().map(|w| (w, outcome));
                         answer(replies.collect());
                         let n = u32::try_from(left).unwrap_or(u32::MAX);
@@ -743,12 +769,7 @@ impl<T: ProcessTree> Actor<T> {
             Phase::Stopping(run) => return run.join(signal, reply),
             Phase::Closing { replies, .. } => {
                 // The tree was found gone moments ago; the answer comes with the settled result.
-                let nothing = StopOutcome {
-                    stopped: false,
-                    escalated: false,
-                    survivors: 0,
-                };
-                replies.extend(reply.map(|r| (r, nothing)));
+                replies.extend(reply.map(|r| (r, StopOutcome::AlreadyEnded)));
                 return;
             }
             Phase::Running { .. } => Interrupted::Run,
@@ -773,11 +794,7 @@ impl<T: ProcessTree> Actor<T> {
             Ok(run) => self.phase = Phase::Stopping(run),
             Err(waiters) => {
                 for w in waiters {
-                    let _ = w.send(StopOutcome {
-                        stopped: false,
-                        escalated: false,
-                        survivors: 0,
-                    });
+                    let _ = w.send(StopOutcome::AlreadyEnded);
                 }
             }
         }
@@ -788,25 +805,27 @@ impl<T: ProcessTree> Actor<T> {
         let Phase::Stopping(run) = std::mem::replace(&mut self.phase, Phase::Done) else {
             return;
         };
-        let outcome = run.outcome(true, 0);
-        let decides_status = run.interrupted == Interrupted::Run;
-        let duration = self.proc.started.elapsed();
-        self.update(|s| {
-            if decides_status {
-                s.status = match run.reason {
-                    StopReason::Timeout => Status::TimedOut,
-                    StopReason::Request | StopReason::Shutdown => Status::Stopped,
-                    StopReason::HolderLost => Status::Lost,
-                };
-                if run.reason == StopReason::HolderLost {
-                    s.lost_reason = Some(crate::status::LostReason::HolderDied);
-                } else {
-                    s.ended_by = Some(run.reason.ended_by());
-                }
+        let outcome = StopOutcome::Stopped {
+            escalated: run.escalated,
+        };
+        // Only a stop of the running process decides the status: one of a drain keeps
+        // `completed`, one of a settled process only took its lingering tree down.
+        let end = (run.interrupted == Interrupted::Run).then(|| {
+            let status = run.reason.end_status();
+            // The end is the shell's, when its holder told it (a lost holder never does).
+            match self.shell_exit.take() {
+                Some(exited) => exited.end(status),
+                None => End {
+                    status,
+                    exit: None,
+                    at: SystemTime::now(),
+                    duration: self.proc.started.elapsed(),
+                },
             }
-            if s.ended_at.is_none() {
-                s.ended_at = Some(SystemTime::now());
-                s.duration = Some(duration);
+        });
+        self.update(|s| {
+            if let Some(end) = end {
+                s.end_with(end, false);
             }
             s.descendants = 0;
         });

@@ -16,6 +16,7 @@ mod io;
 #[cfg(windows)]
 pub mod job;
 pub mod launch;
+mod lifecycle;
 pub mod listening;
 pub mod live_facts;
 pub mod resources;
@@ -46,80 +47,8 @@ use crate::policy::redact::Redactor;
 use crate::record::{ProcessRecord, RECORD_FORMAT, RecordBytes};
 pub use crate::status::{EndedBy, LostReason, RecordStatus, Status};
 use crate::status::{ExitHow, unix_ms};
+pub use lifecycle::{End, EndStatus, Life, ProcState};
 use tree::{Identity, Signal};
-
-/// What the actor publishes about its process.
-#[derive(Debug, Clone)]
-pub struct ProcState {
-    /// Current status.
-    pub status: Status,
-    /// The shell's identity.
-    pub identity: Option<Identity>,
-    /// How the shell ended.
-    pub exit: Option<ExitHow>,
-    /// Wall-clock end.
-    pub ended_at: Option<SystemTime>,
-    /// Run time, fixed once ended.
-    pub duration: Option<Duration>,
-    /// The result is final: the shell has exited and its output is drained (or the grace for
-    /// pipes held by descendants ran out), or a stop/timeout has taken the whole tree down and
-    /// the readers have the rest of its output (or were cut off). `exec` and `wait` return at
-    /// this point, and only from here on do clients see an ended status
-    /// ([`ProcState::reported`]).
-    pub settled: bool,
-    /// Descendants still running after the shell exited.
-    pub descendants: u32,
-    /// What ended it, when it did not complete on its own.
-    pub ended_by: Option<EndedBy>,
-    /// Why it is lost.
-    pub lost_reason: Option<LostReason>,
-}
-
-impl ProcState {
-    /// The state as clients are told it: until the result is settled, `running`, with no exit
-    /// and no end. The status alone must never say "ended" while the output is still being
-    /// drained, or a client that reads until the status ends would miss the last bytes (usually
-    /// the error message). Settled means the output is complete up to EOF (or the drain grace
-    /// for pipes held by descendants, or the reader cutoff after a stop).
-    pub fn reported(&self) -> ProcState {
-        if self.settled {
-            return self.clone();
-        }
-        ProcState {
-            status: Status::Running,
-            exit: None,
-            ended_at: None,
-            duration: None,
-            ended_by: None,
-            ..self.clone()
-        }
-    }
-
-    /// Before the spawn: nothing known yet.
-    fn starting() -> ProcState {
-        ProcState {
-            identity: None,
-            ..ProcState::running(Identity {
-                pid: 0,
-                start_time: 0,
-            })
-        }
-    }
-
-    fn running(identity: Identity) -> ProcState {
-        ProcState {
-            status: Status::Running,
-            identity: Some(identity),
-            exit: None,
-            ended_at: None,
-            duration: None,
-            settled: false,
-            descendants: 0,
-            ended_by: None,
-            lost_reason: None,
-        }
-    }
-}
 
 /// Why a stop was asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,28 +64,36 @@ pub enum StopReason {
 }
 
 impl StopReason {
-    fn ended_by(self) -> EndedBy {
+    /// The status a stop for this reason ends a running process with.
+    fn end_status(self) -> EndStatus {
         match self {
-            StopReason::Request => EndedBy::Stop,
-            StopReason::Timeout => EndedBy::Timeout,
-            StopReason::Shutdown => EndedBy::DaemonShutdown,
-            // Not an end of the process's own: the status is `lost`, with its reason.
-            StopReason::HolderLost => EndedBy::Stop,
+            StopReason::Request => EndStatus::Stopped(EndedBy::Stop),
+            StopReason::Timeout => EndStatus::TimedOut,
+            StopReason::Shutdown => EndStatus::Stopped(EndedBy::DaemonShutdown),
+            // Not an end of the process's own: `lost`, with its reason.
+            StopReason::HolderLost => EndStatus::Lost(LostReason::HolderDied),
         }
     }
 }
 
-/// Result of a stop.
+/// How a stop went, as its callers are told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StopOutcome {
+pub enum StopOutcome {
     /// The tree is gone because of this stop.
-    pub stopped: bool,
-    /// SIGKILL had to be sent.
-    pub escalated: bool,
-    /// Processes of the tree still alive when the stop's callers were answered without the tree
-    /// being gone: they survived SIGKILL for `KILL_GIVE_UP` (uninterruptible sleep, or not ours
-    /// to signal). The stop goes on; the process is not recorded as stopped.
-    pub survivors: usize,
+    Stopped {
+        /// SIGKILL had to be sent.
+        escalated: bool,
+    },
+    /// The callers are answered without the tree being gone: processes of it survived SIGKILL
+    /// (so it was sent) for `KILL_GIVE_UP` (uninterruptible sleep, or not ours to signal). The
+    /// stop goes on; the process is not recorded as stopped.
+    Incomplete {
+        /// Processes of the tree still alive (at least one).
+        survivors: usize,
+    },
+    /// Nothing was running to stop: the process had ended (its actor is done, or its tree was
+    /// found gone just before), or nothing at all was left of a settled process's tree.
+    AlreadyEnded,
 }
 
 /// A control for the actor.
@@ -291,24 +228,20 @@ impl ProcessFacts {
             name: self.name.clone(),
             command: RecordBytes::from_bytes(&self.command),
             cwd: RecordBytes::from_bytes(&yieldshell_proto::session_config::path_bytes(&self.cwd)),
-            status: state.status.into(),
+            // The decided status, also before it is settled: a record is written then only when
+            // the daemon leaves the process to its holder, and says how it ended.
+            status: state.status().into(),
             pid: state.identity.map(|i| i.pid),
             start_time: state.identity.map(|i| i.start_time),
-            exit_code: match state.exit {
-                Some(ExitHow::Code(c)) => Some(c),
-                _ => None,
-            },
-            signal: match state.exit {
-                Some(ExitHow::Signal(s)) => Some(s),
-                _ => None,
-            },
+            exit_code: state.exit().and_then(ExitHow::code),
+            signal: state.exit().and_then(ExitHow::signal),
             started_at_ms: unix_ms(self.started_at),
-            ended_at_ms: state.ended_at.map(unix_ms),
+            ended_at_ms: state.ended_at().map(unix_ms),
             duration_ms: state
-                .duration
+                .duration()
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-            ended_by: state.ended_by,
-            lost_reason: state.lost_reason,
+            ended_by: state.ended_by(),
+            lost_reason: state.lost_reason(),
             tty: self.tty,
             sandbox: self.sandbox.as_ref().map(|s| s.to_record()),
             twin: self.twin.map(twins::TwinKey::to_hex),
@@ -358,7 +291,7 @@ impl ManagedProcess {
 
     /// Gives back the process's place in the running counts once it has left `running`.
     pub(crate) fn release_running_slot(&self) {
-        if self.state.borrow().status != Status::Running {
+        if self.state.borrow().status() != Status::Running {
             self.running_slot
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -400,34 +333,31 @@ impl ManagedProcess {
     /// Whether the process is reported as running (see [`ProcState::reported`]): the shell (or
     /// its tree, after a stop) has not ended yet, or its output is not complete yet.
     pub fn is_running(&self) -> bool {
-        let state = self.state.borrow();
-        !state.settled || state.status == Status::Running
+        self.state.borrow().reported_running()
     }
 
-    /// Asks the actor to stop the tree. `None` when the actor has finished (nothing is left to
-    /// stop).
-    pub async fn stop(
-        &self,
-        signal: Signal,
-        grace: Duration,
-        reason: StopReason,
-    ) -> Option<StopOutcome> {
-        let control = self
-            .control
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()?;
-        let (reply, rx) = oneshot::channel();
-        control
-            .send(Control::Stop {
-                signal,
-                grace,
-                reason,
-                reply,
-            })
-            .await
-            .ok()?;
-        rx.await.ok()
+    /// Asks the actor to stop the tree; [`StopOutcome::AlreadyEnded`] when the actor has
+    /// finished (nothing is left to stop).
+    pub async fn stop(&self, signal: Signal, grace: Duration, reason: StopReason) -> StopOutcome {
+        let asked = async {
+            let control = self
+                .control
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()?;
+            let (reply, rx) = oneshot::channel();
+            control
+                .send(Control::Stop {
+                    signal,
+                    grace,
+                    reason,
+                    reply,
+                })
+                .await
+                .ok()?;
+            rx.await.ok()
+        };
+        asked.await.unwrap_or(StopOutcome::AlreadyEnded)
     }
 
     /// Writes to stdin (and closes it on `eof`).
@@ -480,7 +410,7 @@ impl ManagedProcess {
 
     /// Run time so far, or in total once ended.
     pub fn duration(&self, state: &ProcState) -> Duration {
-        state.duration.unwrap_or_else(|| self.started.elapsed())
+        state.duration().unwrap_or_else(|| self.started.elapsed())
     }
 
     /// The control-plane description, as of now.
@@ -526,17 +456,11 @@ impl ManagedProcess {
             name: self.facts.name.clone(),
             command: self.facts.command.clone(),
             cwd: yieldshell_proto::session_config::path_bytes(&self.facts.cwd),
-            status: state.status.to_pb() as i32,
-            exit_code: match state.exit {
-                Some(ExitHow::Code(c)) => Some(c),
-                _ => None,
-            },
-            signal: match state.exit {
-                Some(ExitHow::Signal(s)) => Some(signal_name(s)),
-                _ => None,
-            },
+            status: state.status().to_pb() as i32,
+            exit_code: state.exit().and_then(ExitHow::code),
+            signal: state.exit().and_then(ExitHow::signal).map(signal_name),
             started_at_unix_ms: unix_ms(self.facts.started_at),
-            ended_at_unix_ms: state.ended_at.map(unix_ms),
+            ended_at_unix_ms: state.ended_at().map(unix_ms),
             duration_ms: u64::try_from(self.duration(&state).as_millis()).unwrap_or(u64::MAX),
             stdout_bytes: out.bytes,
             stderr_bytes: err.bytes,
@@ -544,8 +468,8 @@ impl ManagedProcess {
             stderr_lines: err.lines,
             descendants_running: state.descendants,
             session_id: self.facts.session_id.clone(),
-            lost_reason: state.lost_reason.map(|r| r.as_str().to_string()),
-            ended_by: state.ended_by.map(|e| e.as_str().to_string()),
+            lost_reason: state.lost_reason().map(|r| r.as_str().to_string()),
+            ended_by: state.ended_by().map(|e| e.as_str().to_string()),
             spool_dropped_bytes: spool_dropped,
             // These need `/proc` checks off the runtime: the RPC handlers add them
             // (`live_facts`).
@@ -559,7 +483,7 @@ impl ManagedProcess {
             echo_off: self
                 .terminal
                 .as_ref()
-                .filter(|_| state.status == Status::Running)
+                .filter(|_| state.status() == Status::Running)
                 .and_then(|t| t.modes())
                 .map(|m| m.echo_off && m.canonical),
             cols: size.map_or(0, |s| u32::from(s.cols)),
@@ -580,13 +504,20 @@ impl ManagedProcess {
     pub fn mark_supervisor_lost(&self) {
         let duration = self.started.elapsed();
         self.state.send_modify(|s| {
-            s.status = Status::Lost;
-            s.lost_reason = Some(LostReason::SupervisorPanic);
-            if s.ended_at.is_none() {
-                s.ended_at = Some(SystemTime::now());
-                s.duration = Some(duration);
-            }
-            s.settled = true;
+            // An end decided already keeps its time and exit; its status becomes this one.
+            let end = s.end().copied().unwrap_or(End {
+                status: EndStatus::Completed,
+                exit: None,
+                at: SystemTime::now(),
+                duration,
+            });
+            s.life = Life::Ended {
+                end: End {
+                    status: EndStatus::Lost(LostReason::SupervisorPanic),
+                    ..end
+                },
+                settled: true,
+            };
             s.descendants = 0;
         });
         self.release_running_slot();

@@ -167,16 +167,6 @@ impl StopRun {
         }
     }
 
-    /// What the waiters are told: `gone` is whether the tree is gone because of this stop;
-    /// `left`, how many of its processes are still alive when it is not.
-    pub(super) fn outcome(&self, gone: bool, left: usize) -> StopOutcome {
-        StopOutcome {
-            stopped: gone,
-            escalated: self.escalated,
-            survivors: if gone { 0 } else { left },
-        }
-    }
-
     /// Whether the survivors were reported and nobody waits for this stop any more.
     pub(super) fn gave_up(&self) -> bool {
         self.escalated && self.give_up_at.is_none()

@@ -22,7 +22,7 @@ use crate::policy::Refusal;
 use crate::policy::redact::Redactor;
 use crate::process::terminal::TermSize;
 use crate::process::twins::{self, TwinKey};
-use crate::process::{ManagedProcess, Status, input_wait, launch, live_facts, terminal};
+use crate::process::{ManagedProcess, ProcState, Status, input_wait, launch, live_facts, terminal};
 use crate::session::{Session, check_env_size};
 
 fn refused(r: Refusal) -> pb::ExecResponse {
@@ -356,7 +356,7 @@ pub(super) async fn exec(
     let mut until = until.map(|m| m.on_terminal(proc.text_rendering()));
     match until.as_mut() {
         None => tokio::select! {
-            _ = state_rx.wait_for(|s| s.settled) => {}
+            _ = state_rx.wait_for(ProcState::settled) => {}
             _ = tokio::time::sleep_until(deadline) => {}
             _ = d.shutdown.cancelled() => {}
             _ = input_wanted => yielded_for_input = true,
@@ -478,8 +478,8 @@ fn respond(proc: &ManagedProcess, max_out: usize, yield_ms: u64) -> pb::ExecResp
     // State first, output second (the state is settled only once the output is complete).
     let state = proc.state();
     let process = proc.info_of(&state);
-    let status = if state.settled {
-        exec_status(state.status)
+    let status = if state.settled() {
+        exec_status(state.status())
     } else {
         pb::ExecStatus::Backgrounded
     };

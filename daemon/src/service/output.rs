@@ -334,7 +334,7 @@ pub(super) fn follow(
                 // Output is complete; report the final state once the result is settled.
                 let mut state_rx = proc.subscribe();
                 tokio::select! {
-                    _ = state_rx.wait_for(|s| s.settled) => {}
+                    _ = state_rx.wait_for(ProcState::settled) => {}
                     _ = shutdown.cancelled() => {}
                 }
                 let ev = pb::FollowEvent {
@@ -655,7 +655,7 @@ pub(super) async fn wait_until_match(
         if let Some((at, line)) = matcher.check_partial() {
             return WaitOutcome::Matched(at, line);
         }
-        if cursor.complete() && proc.state().settled {
+        if cursor.complete() && proc.state().settled() {
             return WaitOutcome::Exited;
         }
         match cursor.changed(deadline, shutdown).await {
@@ -713,7 +713,7 @@ pub(super) async fn wait(
                     }
                 };
                 tokio::select! {
-                    _ = state_rx.wait_for(|s| s.settled) => WaitOutcome::Exited,
+                    _ = state_rx.wait_for(ProcState::settled) => WaitOutcome::Exited,
                     _ = sleep => WaitOutcome::Deadline,
                     _ = shutdown.cancelled() => WaitOutcome::ShuttingDown,
                 }

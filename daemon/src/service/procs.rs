@@ -9,9 +9,13 @@ use yieldshell_proto::pb;
 use yieldshell_proto::session_config::DEFAULT_CLEANUP_OLDER_THAN_MS;
 
 use super::{ControlService, MAX_WRITE_BYTES, at_most};
-use crate::process::{ManagedProcess, Status, StopReason, live_facts, resources, terminal, tree};
+use crate::process::{
+    ManagedProcess, ProcState, Status, StopOutcome, StopReason, live_facts, resources, signal_name,
+    terminal, tree,
+};
 use crate::sandbox::Grant;
 use crate::session::Session;
+use crate::status::ExitHow;
 
 pub(super) async fn write(
     svc: &ControlService,
@@ -93,13 +97,14 @@ fn terminal_input(proc: &ManagedProcess, req: &mut pb::WriteRequest) -> Result<(
     Ok(())
 }
 
-fn describe_end(p: &ManagedProcess) -> String {
-    let info = p.info();
-    let status = yieldshell_proto::status_names::process_status_name(info.status);
-    match (info.exit_code, info.signal) {
-        (Some(c), _) => format!("{status}, exit code {c}"),
-        (None, Some(s)) => format!("{status}, {s}"),
-        _ => status.to_string(),
+/// `completed, exit code 3`, `stopped, SIGTERM`: the status a client is told, and how its shell
+/// ended.
+fn describe_end(state: &ProcState) -> String {
+    let status = state.status().as_str();
+    match state.exit() {
+        Some(ExitHow::Code(c)) => format!("{status}, exit code {c}"),
+        Some(ExitHow::Signal(s)) => format!("{status}, {}", signal_name(s)),
+        None => status.to_string(),
     }
 }
 
@@ -134,30 +139,35 @@ pub(super) async fn stop(
         ..Default::default()
     };
     match outcome {
-        Some(o) if o.stopped => {
+        StopOutcome::Stopped { escalated } => {
             resp.stopped = true;
-            resp.escalated = o.escalated;
+            resp.escalated = escalated;
         }
-        Some(o) if o.survivors > 0 => {
-            resp.escalated = o.escalated;
+        StopOutcome::Incomplete { survivors } => {
+            resp.escalated = true;
             resp.error = format!(
                 "not stopped: {} process{} of its tree survived SIGKILL for {} s (uninterruptible \
                  sleep, or another user's); the daemon keeps killing them and the process is \
                  not recorded as stopped until they are gone (see `ps` and the daemon log)",
-                o.survivors,
-                if o.survivors == 1 { "" } else { "es" },
+                survivors,
+                if survivors == 1 { "" } else { "es" },
                 tree::KILL_GIVE_UP.as_secs()
             );
             resp.error_kind = ErrorKind::StopIncomplete.as_str().into();
         }
-        _ => {
+        StopOutcome::AlreadyEnded => {
             // Nothing was signalled: the answer says how the process ended (its own signal, if
             // a signal ended it), not the signal this call asked for.
-            resp.signal = proc.info().signal.unwrap_or_default();
+            let state = proc.state().reported();
+            resp.signal = state
+                .exit()
+                .and_then(ExitHow::signal)
+                .map(signal_name)
+                .unwrap_or_default();
             resp.error = format!(
                 "process {} had already ended ({}); nothing was running to stop",
                 proc.facts.id,
-                describe_end(&proc)
+                describe_end(&state)
             );
             resp.error_kind = ErrorKind::ProcessExited.as_str().into();
         }
@@ -260,19 +270,16 @@ pub(super) fn cleanup(
         let state = p.state();
         // Only finished results with nothing left running: a record whose descendants still run
         // is what `stop` needs to find them.
-        if !state.settled || state.descendants > 0 || state.status == Status::Running {
+        // Not one left for a daemon that speaks its holder's protocol, which needs its record.
+        if !state.finished() {
             continue;
         }
-        // Left for a daemon that speaks its holder's protocol, which needs its record.
-        if state.lost_reason == Some(crate::status::LostReason::NewerHolder) {
-            continue;
-        }
-        let threshold = if state.status == Status::Completed {
+        let threshold = if state.status() == Status::Completed {
             completed_age
         } else {
             stopped_age
         };
-        let ended = state.ended_at.unwrap_or(p.facts.started_at);
+        let ended = state.ended_at().unwrap_or(p.facts.started_at);
         if now.duration_since(ended).unwrap_or_default() < threshold {
             continue;
         }

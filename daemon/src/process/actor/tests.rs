@@ -110,7 +110,7 @@ impl Harness {
     /// Waits until the result is settled.
     async fn settled(&self) -> ProcState {
         let mut rx = self.proc.subscribe();
-        tokio::time::timeout(LIMIT, rx.wait_for(|s| s.settled))
+        tokio::time::timeout(LIMIT, rx.wait_for(ProcState::settled))
             .await
             .expect("settles in time")
             .expect("actor alive")
@@ -118,7 +118,7 @@ impl Harness {
     }
 
     /// Asks for a stop, as the `stop` RPC does, in a task (its answer may take a while).
-    fn stop(&self, signal: Signal, grace: Duration) -> JoinHandle<Option<StopOutcome>> {
+    fn stop(&self, signal: Signal, grace: Duration) -> JoinHandle<StopOutcome> {
         let proc = self.proc.clone();
         tokio::spawn(async move { proc.stop(signal, grace, StopReason::Request).await })
     }
@@ -159,16 +159,15 @@ impl Harness {
 
     /// What a client is told now.
     fn reported_status(&self) -> Status {
-        self.proc.state().reported().status
+        self.proc.state().reported().status()
     }
 }
 
-async fn answer(stop: JoinHandle<Option<StopOutcome>>) -> StopOutcome {
+async fn answer(stop: JoinHandle<StopOutcome>) -> StopOutcome {
     tokio::time::timeout(LIMIT, stop)
         .await
         .expect("stop answered in time")
         .expect("stop task")
-        .expect("actor answered")
 }
 
 fn child(pid: i32) -> FakeProc {
@@ -205,8 +204,8 @@ async fn natural_exit_with_eof_settles_at_once_and_the_actor_lets_go() {
     h.tree.exit_shell(0);
     let state = h.settled().await;
     assert_eq!(t0.elapsed(), Duration::ZERO, "no drain grace when EOF came");
-    assert_eq!(state.status, Status::Completed);
-    assert_eq!(state.exit, Some(ExitHow::Code(0)));
+    assert_eq!(state.status(), Status::Completed);
+    assert_eq!(state.exit(), Some(ExitHow::Code(0)));
     assert_eq!(state.descendants, 0);
     let h = h.ended().await;
     assert!(h.proc.output.end().closed, "the log is closed");
@@ -226,15 +225,15 @@ async fn natural_exit_with_pipes_held_by_a_descendant_settles_after_the_drain_gr
     // Within the drain grace the exit is known inside, but clients still see `running`.
     tokio::time::sleep(TIMING.drain_grace / 2).await;
     let state = h.proc.state();
-    assert!(!state.settled);
-    assert_eq!(state.status, Status::Completed);
+    assert!(!state.settled());
+    assert_eq!(state.status(), Status::Completed);
     assert_eq!(h.reported_status(), Status::Running);
     assert_eq!(h.proc.info().exit_code, None);
     assert!(h.proc.is_running());
 
     let state = h.settled().await;
     assert_eq!(t0.elapsed(), TIMING.drain_grace);
-    assert_eq!(state.status, Status::Completed);
+    assert_eq!(state.status(), Status::Completed);
     assert_eq!(state.descendants, 1, "descendants_running");
     let info = h.proc.info();
     assert_eq!((info.exit_code, info.descendants_running), (Some(3), 1));
@@ -257,14 +256,7 @@ async fn stop_sends_sigterm_then_escalates_to_sigkill_after_the_grace() {
     let t0 = Instant::now();
     let grace = Duration::from_secs(1);
     let outcome = answer(h.stop(Signal::SIGTERM, grace)).await;
-    assert_eq!(
-        outcome,
-        StopOutcome {
-            stopped: true,
-            escalated: true,
-            survivors: 0
-        }
-    );
+    assert_eq!(outcome, StopOutcome::Stopped { escalated: true });
     assert!(t0.elapsed() >= grace && t0.elapsed() < grace + Duration::from_millis(50));
     assert!(!h.tree.anything_alive());
     // The group got SIGTERM (with SIGCONT) once, then was frozen (SIGSTOP to the group and to
@@ -280,10 +272,10 @@ async fn stop_sends_sigterm_then_escalates_to_sigkill_after_the_grace() {
         ]
     );
     let state = h.proc.state();
-    assert!(state.settled, "answered once settled");
-    assert_eq!(state.status, Status::Stopped);
-    assert_eq!(state.ended_by.map(EndedBy::as_str), Some("stop"));
-    assert_eq!(state.exit, Some(ExitHow::Signal(Signal::SIGTERM as i32)));
+    assert!(state.settled(), "answered once settled");
+    assert_eq!(state.status(), Status::Stopped);
+    assert_eq!(state.ended_by().map(EndedBy::as_str), Some("stop"));
+    assert_eq!(state.exit(), Some(ExitHow::Signal(Signal::SIGTERM as i32)));
     let h = h.ended().await;
     assert_eq!(h.record().status.as_str(), "stopped");
 }
@@ -299,14 +291,7 @@ async fn stop_ends_without_sigkill_when_the_tree_leaves_during_the_grace() {
     assert!(!stop.is_finished(), "the stubborn child still runs");
     h.tree.end(kid.id);
     let outcome = answer(stop).await;
-    assert_eq!(
-        outcome,
-        StopOutcome {
-            stopped: true,
-            escalated: false,
-            survivors: 0
-        }
-    );
+    assert_eq!(outcome, StopOutcome::Stopped { escalated: false });
     assert!(
         t0.elapsed() < Duration::from_millis(400),
         "{:?}",
@@ -316,7 +301,7 @@ async fn stop_ends_without_sigkill_when_the_tree_leaves_during_the_grace() {
         !signals(&h.tree).contains(&Call::Group(Signal::SIGKILL)),
         "no SIGKILL"
     );
-    assert_eq!(h.proc.state().status, Status::Stopped);
+    assert_eq!(h.proc.state().status(), Status::Stopped);
 }
 
 #[tokio::test(start_paused = true)]
@@ -327,8 +312,8 @@ async fn timeout_stops_the_tree_and_records_timed_out() {
     let state = h.settled().await;
     // SIGTERM at the timeout; the next stop poll finds the tree gone.
     assert_eq!(t0.elapsed(), timeout + STOP_POLL);
-    assert_eq!(state.status, Status::TimedOut);
-    assert_eq!(state.ended_by.map(EndedBy::as_str), Some("timeout"));
+    assert_eq!(state.status(), Status::TimedOut);
+    assert_eq!(state.ended_by().map(EndedBy::as_str), Some("timeout"));
     assert_eq!(
         signals(&h.tree),
         vec![Call::Group(Signal::SIGTERM), Call::Group(Signal::SIGCONT)]
@@ -346,9 +331,12 @@ async fn daemon_shutdown_records_the_exit_as_stopped_by_daemon_shutdown() {
     use crate::process::tree::ProcessTree;
     h.tree.signal_group(SHELL, Some(Signal::SIGTERM));
     let state = h.settled().await;
-    assert_eq!(state.status, Status::Stopped);
-    assert_eq!(state.ended_by.map(EndedBy::as_str), Some("daemon_shutdown"));
-    assert_eq!(state.exit, Some(ExitHow::Signal(Signal::SIGTERM as i32)));
+    assert_eq!(state.status(), Status::Stopped);
+    assert_eq!(
+        state.ended_by().map(EndedBy::as_str),
+        Some("daemon_shutdown")
+    );
+    assert_eq!(state.exit(), Some(ExitHow::Signal(Signal::SIGTERM as i32)));
     let h = h.ended().await;
     assert_eq!(
         h.record().ended_by.map(EndedBy::as_str),
@@ -366,14 +354,17 @@ async fn a_stopped_result_settles_and_is_answered_only_once_the_output_is_comple
     assert!(!h.tree.anything_alive(), "the tree is gone");
     assert!(!stop.is_finished(), "the answer waits for the output");
     let state = h.proc.state();
-    assert_eq!(state.status, Status::Stopped, "decided inside");
-    assert!(!state.settled);
+    assert_eq!(state.status(), Status::Stopped, "decided inside");
+    assert!(!state.settled());
     assert_eq!(h.reported_status(), Status::Running, "not yet told");
     assert!(!h.proc.output.end().closed);
 
     h.tree.release_pipes_outside();
     let outcome = answer(stop).await;
-    assert!(outcome.stopped);
+    assert!(
+        matches!(outcome, StopOutcome::Stopped { .. }),
+        "{outcome:?}"
+    );
     assert!(h.proc.output.end().closed, "output complete when answered");
     assert_eq!(h.reported_status(), Status::Stopped);
 }
@@ -384,10 +375,13 @@ async fn a_stopped_result_settles_at_the_reader_cutoff_when_the_pipes_stay_open(
     h.tree.hold_pipes_outside();
     let t0 = Instant::now();
     let outcome = answer(h.stop(Signal::SIGTERM, Duration::from_secs(1))).await;
-    assert!(outcome.stopped);
+    assert!(
+        matches!(outcome, StopOutcome::Stopped { .. }),
+        "{outcome:?}"
+    );
     // The first stop poll finds the tree gone; the readers get the cutoff from then on.
     assert_eq!(t0.elapsed(), STOP_POLL + super::READER_CUTOFF);
-    assert!(h.proc.state().settled);
+    assert!(h.proc.state().settled());
     assert!(h.proc.output.end().closed, "the readers were cut off");
     h.ended().await;
 }
@@ -406,7 +400,7 @@ async fn rescans_signal_only_new_forks_and_each_process_once() {
     };
     h.tree.spawn(fork);
     let outcome = answer(stop).await;
-    assert!(outcome.stopped && outcome.escalated);
+    assert_eq!(outcome, StopOutcome::Stopped { escalated: true });
     let terms = |id: Identity, in_group: bool| {
         h.tree
             .signals_to(id, in_group)
@@ -441,17 +435,10 @@ async fn stop_of_a_settled_process_with_nothing_left_says_not_stopped() {
     h.tree.hold_pipes_outside();
     h.tree.exit_shell(0);
     let state = h.settled().await;
-    assert_eq!(state.status, Status::Completed);
+    assert_eq!(state.status(), Status::Completed);
     let outcome = answer(h.stop(Signal::SIGTERM, Duration::from_secs(1))).await;
-    assert_eq!(
-        outcome,
-        StopOutcome {
-            stopped: false,
-            escalated: false,
-            survivors: 0
-        }
-    );
-    assert_eq!(h.proc.state().status, Status::Completed, "unchanged");
+    assert_eq!(outcome, StopOutcome::AlreadyEnded);
+    assert_eq!(h.proc.state().status(), Status::Completed, "unchanged");
     // The group probe got the signal (nobody was in it); no process was signalled.
     assert_eq!(signals(&h.tree), vec![Call::Group(Signal::SIGTERM)]);
     assert!(!h.actor.is_finished(), "still reading the held pipes");
@@ -480,7 +467,10 @@ async fn the_final_sweep_finds_an_escapee_and_keeps_it_stoppable() {
         "one scan: the sweep"
     );
     let outcome = answer(h.stop(Signal::SIGTERM, Duration::from_secs(1))).await;
-    assert!(outcome.stopped);
+    assert!(
+        matches!(outcome, StopOutcome::Stopped { .. }),
+        "{outcome:?}"
+    );
     assert_eq!(
         h.tree.signals_to(daemon.id, false),
         vec![Signal::SIGTERM],
@@ -490,7 +480,7 @@ async fn the_final_sweep_finds_an_escapee_and_keeps_it_stoppable() {
     let h = h.ended().await;
     let state = h.proc.state();
     assert_eq!(
-        (state.status, state.descendants, state.ended_by),
+        (state.status(), state.descendants, state.ended_by()),
         (Status::Completed, 0, None),
         "the reported result stays"
     );
@@ -504,11 +494,11 @@ async fn a_stop_while_output_drains_keeps_completed_and_settles_with_the_output(
     h.tree.exit_shell(2);
     tokio::time::sleep(TIMING.drain_grace / 4).await;
     let outcome = answer(h.stop(Signal::SIGTERM, Duration::from_secs(1))).await;
-    assert!(outcome.stopped && !outcome.escalated);
+    assert_eq!(outcome, StopOutcome::Stopped { escalated: false });
     let state = h.proc.state();
-    assert!(state.settled);
+    assert!(state.settled());
     assert_eq!(
-        (state.status, state.exit, state.ended_by),
+        (state.status(), state.exit(), state.ended_by()),
         (Status::Completed, Some(ExitHow::Code(2)), None)
     );
     assert!(h.proc.output.end().closed);
@@ -522,11 +512,7 @@ async fn a_sigkill_stop_during_a_graceful_one_escalates_at_once_and_both_are_ans
     let graceful = h.stop(Signal::SIGTERM, Duration::from_secs(10));
     tokio::time::sleep(Duration::from_millis(50)).await;
     let forced = h.stop(Signal::SIGKILL, Duration::ZERO);
-    let both = StopOutcome {
-        stopped: true,
-        escalated: true,
-        survivors: 0,
-    };
+    let both = StopOutcome::Stopped { escalated: true };
     assert_eq!(answer(forced).await, both);
     assert_eq!(answer(graceful).await, both);
     assert!(
@@ -554,12 +540,12 @@ async fn a_late_eof_after_the_drain_grace_still_comes_before_the_settle() {
     let t0 = Instant::now();
     h.tree.exit_shell(3);
     tokio::time::sleep(TIMING.drain_grace + Duration::from_millis(50)).await;
-    assert!(!h.proc.state().settled, "settled before EOF");
+    assert!(!h.proc.state().settled(), "settled before EOF");
     assert_eq!(h.reported_status(), Status::Running);
     h.tree.release_pipes_outside();
     let state = h.settled().await;
     assert_eq!(t0.elapsed(), TIMING.drain_grace + Duration::from_millis(50));
-    assert_eq!((state.status, state.descendants), (Status::Completed, 0));
+    assert_eq!((state.status(), state.descendants), (Status::Completed, 0));
     assert!(
         h.proc.output.end().closed,
         "the output was complete at the settle"
@@ -577,7 +563,7 @@ async fn pipes_held_by_something_unseen_settle_after_the_extra_wait_and_keep_bei
     h.tree.exit_shell(0);
     let state = h.settled().await;
     assert_eq!(t0.elapsed(), TIMING.drain_grace + super::EOF_WAIT);
-    assert_eq!(state.status, Status::Completed);
+    assert_eq!(state.status(), Status::Completed);
     assert!(!h.proc.output.end().closed, "still reading");
     h.tree.release_pipes_outside();
     let h = h.ended().await;
@@ -602,11 +588,7 @@ async fn a_breeding_tree_is_frozen_before_it_is_killed_and_nothing_outruns_the_s
     let outcome = answer(h.stop(Signal::SIGTERM, Duration::from_millis(300))).await;
     assert_eq!(
         outcome,
-        StopOutcome {
-            stopped: true,
-            escalated: true,
-            survivors: 0
-        },
+        StopOutcome::Stopped { escalated: true },
         "{:?}",
         h.tree.calls()
     );
@@ -621,7 +603,7 @@ async fn a_breeding_tree_is_frozen_before_it_is_killed_and_nothing_outruns_the_s
             );
         }
     }
-    assert_eq!(h.proc.state().status, Status::Stopped);
+    assert_eq!(h.proc.state().status(), Status::Stopped);
     assert!(
         h.tree.holder_wakes() > 0,
         "the holder is resumed when a stop begins"
@@ -638,28 +620,21 @@ async fn survivors_of_sigkill_are_reported_and_never_recorded_as_stopped() {
     h.tree.spawn(stuck);
     let t0 = Instant::now();
     let outcome = answer(h.stop(Signal::SIGTERM, Duration::from_millis(100))).await;
-    assert_eq!(
-        outcome,
-        StopOutcome {
-            stopped: false,
-            escalated: true,
-            survivors: 1
-        }
-    );
+    assert_eq!(outcome, StopOutcome::Incomplete { survivors: 1 });
     assert!(t0.elapsed() >= Duration::from_millis(100) + super::super::stop::KILL_GIVE_UP);
     // The shell died of the stop, its tree did not: still running, not stopped.
     let state = h.proc.state();
-    assert_ne!(state.status, Status::Stopped);
+    assert_ne!(state.status(), Status::Stopped);
     assert_eq!(h.reported_status(), Status::Running);
-    assert!(!state.settled);
+    assert!(!state.settled());
     assert_eq!(state.descendants, 1);
     // A second stop waits for them again and is told the same.
     let again = answer(h.stop(Signal::SIGKILL, Duration::ZERO)).await;
-    assert_eq!(again.survivors, 1);
-    assert_ne!(h.proc.state().status, Status::Stopped);
+    assert_eq!(again, StopOutcome::Incomplete { survivors: 1 });
+    assert_ne!(h.proc.state().status(), Status::Stopped);
     // Once they are gone, the stop that went on records the end.
     h.tree.end(stuck.id);
     let state = h.settled().await;
-    assert_eq!(state.status, Status::Stopped);
+    assert_eq!(state.status(), Status::Stopped);
     assert_eq!(state.descendants, 0);
 }
