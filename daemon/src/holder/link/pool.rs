@@ -67,11 +67,12 @@ impl Idle {
 }
 
 /// Holders started ahead of need, each waiting for its spec: `exec` then pays for a message,
-/// not for starting a process. New holders are forked by the zygote (Linux, [`crate::holder::zygote`]):
-/// a fork of a small process instead of an `exec` of the holder binary and its dynamic linking;
-/// without one (elsewhere, or while it cannot be started) the daemon spawns them itself. On
-/// Linux each idle holder also waits in a spare directory of its own, its socket bound and its
-/// exit file created (see `serve::Prepared`): the files a process needs exist before its `exec`.
+/// not for starting a process. New holders are forked by the zygote (Linux,
+/// [`crate::holder::zygote`]): a fork of a small process instead of an `exec` of the holder
+/// binary and its dynamic linking; without one (elsewhere, or while it cannot be started) the
+/// daemon spawns them itself. On Linux each idle holder also waits in a spare directory of its
+/// own, its socket bound and its exit file created (see `serve::process_dir::Prepared`): the
+/// files a process needs exist before its `exec`.
 #[derive(Debug)]
 pub struct HolderPool {
     reaper: Arc<Reaper>,
