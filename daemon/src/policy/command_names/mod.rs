@@ -49,7 +49,7 @@
 //!   - backquoted substitutions containing a backslash (bash unescapes `\$` there,
 //!     brush does not, so `` `echo \$(rm x)` `` would otherwise hide `rm`);
 //!   - assignments to a variable that changes what an allowed name runs or loads, as
-//!     [`why_risky`](super::risky_env::why_risky) decides (`PATH`, `LD_PRELOAD`, …), by `=`, `for` or `${…:=…}`,
+//!     [`why_risky`] decides (`PATH`, `LD_PRELOAD`, …), by `=`, `for` or `${…:=…}`,
 //!     or by a builtin that sets variables named in its arguments ([`ASSIGNING`]:
 //!     `export "PATH=/x"`, `env 'LD_PRELOAD=x' ls`, `read PATH`, `printf -v PATH`),
 //!     including such arguments whose name part is not literal (`export "$X"`) or that
@@ -70,6 +70,8 @@
 //! [`walker`] walks the AST and every substitution; [`words`] reads words literally;
 //! [`heredoc`] cuts here-document bodies into their expansions; [`checks`] refuses single
 //! pieces met on the way; [`parser_thread`] runs it all on a big stack, off the runtime.
+//!
+//! [`why_risky`]: super::risky_env::why_risky
 
 mod checks;
 mod guards;

@@ -55,8 +55,9 @@ pub trait ProcessView {
     fn readable_pipes(&self) -> Option<Vec<String>>;
     /// `len` bytes of its memory at `addr`; `None` when unreadable.
     fn memory(&self, addr: u64, len: usize) -> Option<Vec<u8>>;
-    /// The text of `/proc/<pid>/fdinfo/<fd>`, whole lines of at most [`FDINFO_MAX_BYTES`](super::readiness::FDINFO_MAX_BYTES), and
-    /// whether there was more; `None` when unreadable or closed.
+    /// The text of `/proc/<pid>/fdinfo/<fd>`, whole lines of at most
+    /// [`FDINFO_MAX_BYTES`](super::readiness::FDINFO_MAX_BYTES), and whether there was more;
+    /// `None` when unreadable or closed.
     fn fdinfo(&self, fd: u64) -> Option<(String, bool)>;
     /// Whether more than one of its fds links to `link` (both ends of a pipe); `None` when its
     /// fds cannot be listed.
