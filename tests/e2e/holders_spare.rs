@@ -93,7 +93,13 @@ async fn an_exec_takes_over_a_spare_and_its_exit_status_is_where_a_later_daemon_
         before.iter().any(|s| !s.exists()),
         "no spare was taken: {before:?}"
     );
-    let exit = std::fs::read_to_string(dir.join("exit")).expect("exit file");
+    // The holder writes the file once the frames are sent (the `exec` may answer first).
+    let exit = eventually("the exit file", || async {
+        std::fs::read_to_string(dir.join("exit"))
+            .ok()
+            .filter(|text| !text.is_empty())
+    })
+    .await;
     assert!(exit.starts_with("code 7 "), "{exit:?}");
     // The next daemon reads the same process as ended with 7.
     d.terminate();

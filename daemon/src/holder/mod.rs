@@ -700,7 +700,7 @@ const NO_SIGPIPE: nix::sys::socket::MsgFlags = nix::sys::socket::MsgFlags::empty
 
 /// `recvmsg` flags: received descriptors close-on-exec at once where the platform can (Linux);
 /// elsewhere (macOS) [`recv_frame_with_fd`] sets the flag right after, and the holder closes
-/// any descriptor it inherited through that window (`serve::close_stray_fds`).
+/// any descriptor it inherited through that window (`serve::process_setup::close_stray_fds`).
 #[cfg(target_os = "linux")]
 const RECV_CLOEXEC: nix::sys::socket::MsgFlags = nix::sys::socket::MsgFlags::MSG_CMSG_CLOEXEC;
 #[cfg(not(target_os = "linux"))]

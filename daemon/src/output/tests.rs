@@ -1,6 +1,7 @@
 //! Unit tests of the output log: paging, latest views, UTF-8 cuts, the spool and its gaps,
 //! memory release of ended processes.
 
+use super::spool::SpoolPiece;
 use super::*;
 
 /// Appends stdout bytes whose spool batch is lost, as a failed write loses it: in the ring,
