@@ -1,4 +1,6 @@
-//! `Exec`: policy checks, spawn, then the yield wait — all in the daemon, so a fast command
+//! `Exec`: validate ([`admit`]: every check, and the start it asks for), look up (an identical
+//! running process is the answer), forward (the start is `process::launch`'s), then the yield
+//! wait ([`yield_wait`]) and the answer ([`answer`]) — all in the daemon, so a fast command
 //! returns the moment it has exited and drained, and a slow one is already a managed background
 //! process when the yield time runs out. With `until` the yield wait also ends at the first
 //! output line that matches (a ready-wait), using `wait(until)`'s matcher.
@@ -6,6 +8,7 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use yieldshell_proto::errors::ErrorKind;
@@ -13,7 +16,7 @@ use yieldshell_proto::ids::is_client_process_id;
 use yieldshell_proto::pb;
 use yieldshell_proto::session_config::{bytes_os, os_bytes};
 
-use super::output::{outcome_fields, until_matcher, wait_until_match};
+use super::output::{LineMatcher, outcome_fields, until_matcher, wait_until_match};
 use super::{
     ControlService, MAX_DURATION_MS, MAX_WRITE_BYTES, at_most, clamp_output_bytes, output_to_pb,
 };
@@ -152,80 +155,123 @@ pub(super) async fn exec(
     if d.shutdown.is_cancelled() {
         return Err(ErrorKind::ShuttingDown.status("yieldshelld is shutting down"));
     }
+    // Validate: nothing runs for a request refused here.
+    let admitted = match admit(&session, caller.as_ref(), &req).await {
+        Ok(a) => a,
+        Err(r) => return Ok(refused(r)),
+    };
+    // Look up: an identical exec whose process still runs in this project is answered with
+    // that process. The key's lock is held until the new process is registered (in the start's
+    // task), so an identical exec arriving meanwhile finds it.
+    let twin = admitted.start.twin.filter(|_| req.reuse_running);
+    let twin_guard = match twin {
+        Some(key) => Some(d.twin_starts.lock(key).await),
+        None => None,
+    };
+    if let Some(key) = twin
+        && let Some(running) = super::procs::running_twin(
+            svc,
+            &session,
+            caller.as_ref(),
+            key,
+            admitted.start.sandbox.as_ref().map(|(g, _)| g),
+        )
+    {
+        return Ok(reused(&running, admitted.max_out, admitted.yield_ms).await);
+    }
+    // Forward: the start (`process::launch`) in a task of its own, registration included, so a
+    // client that vanishes while it is awaited leaves a registered process, never a half-started
+    // one; then the yield wait and the answer.
+    let (daemon, session_for_start) = (svc.daemon.clone(), session.clone());
+    let started = tokio::spawn(async move {
+        let started = launch::start(&daemon, &session_for_start, admitted.start).await;
+        drop(twin_guard);
+        started
+    })
+    .await;
+    let proc = match started {
+        Ok(Ok(p)) => p,
+        Ok(Err(r)) => return Ok(refused(r)),
+        Err(e) => {
+            return Err(ErrorKind::Internal.status(format!("starting the process failed: {e}")));
+        }
+    };
+    // From here on a vanished client leaves the process registered and running in the
+    // background: every `.await` before came before anything started or could not be cut short.
+    let waited = yield_wait(svc, &proc, &mut req, admitted.until, admitted.yield_ms).await;
+    Ok(answer(svc, &proc, waited, admitted.max_out, admitted.yield_ms).await)
+}
+
+/// A request that passed every check: what to start, and how the exec waits and answers.
+struct Admitted {
+    start: launch::StartRequest,
+    /// The ready-wait's matcher (`until`), compiled before anything runs.
+    until: Option<LineMatcher>,
+    yield_ms: u64,
+    max_out: usize,
+}
+
+/// Every check of an `exec`, in the order README's "Security model" gives (side effects,
+/// command policy, cwd, limits; the spawn's own come in `process::launch`), and the start it
+/// asks for: the environment, the terminal, the sandbox's grant, the redactor, the deadlines.
+async fn admit(
+    session: &Session,
+    caller: Option<&crate::sandbox::Grant>,
+    req: &pb::ExecRequest,
+) -> Result<Admitted, Refusal> {
     let policy = &session.policy;
-    if let Some(id) = requested_id(&req)
+    if let Some(id) = requested_id(req)
         && !is_client_process_id(id)
     {
-        return Ok(refused(Refusal {
+        return Err(Refusal {
             kind: ErrorKind::InvalidArgument,
             message: format!(
                 "process_id {id:?} is not a lowercase UUID (such as 0f8e2c1a-5b7d-4e3f-9a1b-2c3d4e5f6a7b); omit it to get a daemon-chosen id"
             ),
-        }));
+        });
     }
-    if let Err(r) = check_ranges(&req, policy.default_timeout_ms) {
-        return Ok(refused(r));
-    }
+    check_ranges(req, policy.default_timeout_ms)?;
     #[cfg(windows)]
     if req.tty {
-        return Ok(refused(Refusal {
+        return Err(Refusal {
             kind: ErrorKind::InvalidArgument,
             message: "terminal mode (tty) is unsupported on Windows: processes run on pipes \
                       (ConPTY support is planned); run without tty"
                 .to_string(),
-        }));
+        });
     }
     // A ready-wait's pattern is compiled before anything runs, so a bad one starts nothing.
+    // It is rendered as a terminal shows it once the process (and its secrets) exists.
     let until = match req.until.as_deref().filter(|u| !u.is_empty()) {
-        Some(pattern) => match until_matcher(pattern) {
-            // Rendered as a terminal shows it once the process (and its secrets) exists.
-            Ok(m) => Some(m),
-            Err(message) => {
-                return Ok(refused(Refusal {
-                    kind: ErrorKind::InvalidArgument,
-                    message,
-                }));
-            }
-        },
+        Some(pattern) => Some(until_matcher(pattern).map_err(|message| Refusal {
+            kind: ErrorKind::InvalidArgument,
+            message,
+        })?),
         None => None,
     };
-    // The order README's "Security model" gives: side effects, command policy, cwd, limits, spawn.
-    if let Err(r) = policy.check_side_effects(&req.side_effects) {
-        return Ok(refused(r));
-    }
-    if let Err(r) = policy.check_exec(&req.command, &req.env).await {
-        return Ok(refused(r));
-    }
+    policy.check_side_effects(&req.side_effects)?;
+    policy.check_exec(&req.command, &req.env).await?;
     let requested_cwd = req
         .cwd
         .as_ref()
         .filter(|c| !c.is_empty())
         .map(|c| PathBuf::from(bytes_os(c)));
-    let cwd = match policy.resolve_cwd(requested_cwd.as_deref(), &session.default_cwd) {
-        Ok(c) => c,
-        Err(r) => return Ok(refused(r)),
-    };
-    let mut env = match merged_env(&session, &req.env) {
-        Ok(e) => e,
-        Err(r) => return Ok(refused(r)),
-    };
-    let terminal = match terminal_of(&req) {
-        Ok(t) => t,
-        Err(r) => return Ok(refused(r)),
-    };
+    let cwd = policy.resolve_cwd(requested_cwd.as_deref(), &session.default_cwd)?;
+    let mut env = merged_env(session, &req.env)?;
+    let terminal = terminal_of(req)?;
     // What the declaration grants (README, "Sandbox"), narrowed by the daemon's floor and by the
     // sandbox of the client that asks, when it runs inside one.
     let mut origin = policy.sandbox_origin(&req.side_effects, &session.default_cwd);
-    origin.caller = caller.clone();
+    origin.caller = caller.cloned();
     let grant = origin.grant();
     let sandbox = (!grant.is_unrestricted()).then_some((grant, origin));
     #[cfg(windows)]
     if sandbox.is_some() {
-        return Ok(refused(Refusal::new(
+        return Err(Refusal::new(
             ErrorKind::SandboxUnavailable,
             "the sandbox is not available on Windows (YIELDSHELL_SANDBOX is not off for this \
              session): the command did not run",
-        )));
+        ));
     }
     // A program on a terminal looks at TERM to decide how to draw; the emulator is an xterm.
     if terminal.is_some() && !env.iter().any(|(k, _)| k == "TERM") {
@@ -259,11 +305,7 @@ pub(super) async fn exec(
             )
         })
     };
-
-    // Duplicate starts: an identical exec whose process still runs in this project is answered
-    // with that process. The key's lock is held until the new process is registered (in the
-    // start's task), so an identical exec arriving meanwhile finds it.
-    let twin = twins::has_twin_key(&req).then(|| {
+    let twin = twins::has_twin_key(req).then(|| {
         TwinKey::of(
             &req.command,
             &cwd,
@@ -272,56 +314,45 @@ pub(super) async fn exec(
             &req.env,
         )
     });
-    let twin_guard = match twin {
-        Some(key) if req.reuse_running => Some(d.twin_starts.lock(key).await),
-        _ => None,
-    };
-    if let Some(key) = twin
-        && req.reuse_running
-        && let Some(running) = super::procs::running_twin(
-            svc,
-            &session,
-            caller.as_ref(),
-            key,
-            sandbox.as_ref().map(|(g, _)| g),
-        )
-    {
-        return Ok(reused(&running, max_out, yield_ms).await);
-    }
-
-    // The start is a task of its own, registration included: a client that vanishes while it is
-    // awaited leaves a registered process, never a half-started one.
-    let start_req = launch::StartRequest {
-        wanted_id: requested_id(&req).map(str::to_string),
-        name: req.name.clone().unwrap_or_default(),
-        command: req.command.clone(),
-        cwd,
-        env,
-        redactor,
-        timeout,
-        sandbox,
-        terminal,
-        shell: req.shell.clone(),
-        twin,
-    };
-    let (daemon, session_for_start) = (svc.daemon.clone(), session.clone());
-    let started = tokio::spawn(async move {
-        let started = launch::start(&daemon, &session_for_start, start_req).await;
-        drop(twin_guard);
-        started
+    Ok(Admitted {
+        start: launch::StartRequest {
+            wanted_id: requested_id(req).map(str::to_string),
+            name: req.name.clone().unwrap_or_default(),
+            command: req.command.clone(),
+            cwd,
+            env,
+            redactor,
+            timeout,
+            sandbox,
+            terminal,
+            shell: req.shell.clone(),
+            twin,
+        },
+        until,
+        yield_ms,
+        max_out,
     })
-    .await;
-    let proc = match started {
-        Ok(Ok(p)) => p,
-        Ok(Err(r)) => return Ok(refused(r)),
-        Err(e) => {
-            return Err(ErrorKind::Internal.status(format!("starting the process failed: {e}")));
-        }
-    };
+}
 
-    // The `.await`s above come before anything starts (the policy's parse) or cannot be cut
-    // short (the start's own task): if the client vanishes from here on, the process is
-    // registered and runs on in the background.
+/// How the yield wait ended.
+struct Waited {
+    /// The command waits for input (it stopped at a prompt before its yield ran out).
+    for_input: bool,
+    /// The line `until` matched, and its sequence number.
+    matched_line: Vec<u8>,
+    matched_seq: Option<u64>,
+}
+
+/// The yield wait: queues the initial stdin, then waits until the process settles, `until`
+/// matches, the command wants input, the yield runs out or the daemon shuts down.
+async fn yield_wait(
+    svc: &ControlService,
+    proc: &Arc<ManagedProcess>,
+    req: &mut pb::ExecRequest,
+    until: Option<LineMatcher>,
+    yield_ms: u64,
+) -> Waited {
+    let d = &svc.daemon;
     let mut state_rx = proc.subscribe();
     // Settles once the initial stdin has been written: only then may the command be said to wait
     // for input (before, the input it waits for is on its way).
@@ -350,43 +381,59 @@ pub(super) async fn exec(
         }
     }
     let deadline = tokio::time::Instant::now() + Duration::from_millis(yield_ms);
-    let input_wanted = input_wanted(&proc, stdin_written, stdin_settled, req.close_stdin);
-    let mut yielded_for_input = false;
-    let (mut matched_line, mut matched_seq) = (Vec::new(), None);
+    let input_wanted = input_wanted(proc, stdin_written, stdin_settled, req.close_stdin);
+    let mut waited = Waited {
+        for_input: false,
+        matched_line: Vec::new(),
+        matched_seq: None,
+    };
     let mut until = until.map(|m| m.on_terminal(proc.text_rendering()));
     match until.as_mut() {
         None => tokio::select! {
             _ = state_rx.wait_for(ProcState::settled) => {}
             _ = tokio::time::sleep_until(deadline) => {}
             _ = d.shutdown.cancelled() => {}
-            _ = input_wanted => yielded_for_input = true,
+            _ = input_wanted => waited.for_input = true,
         },
         // The yield wait with a ready-wait: the same matching loop as `wait(until)`, over the
         // whole log from its first byte. An exit ends it too, once the output is drained; so
         // does a command that stops to wait for input (it will not print the line unasked).
         Some(matcher) => tokio::select! {
             outcome = wait_until_match(
-                &proc,
+                proc,
                 matcher,
                 1,
                 StreamFilter::Both,
                 Some(deadline),
                 &d.shutdown,
             ) => {
-                (_, matched_line, matched_seq) = outcome_fields(outcome);
+                (_, waited.matched_line, waited.matched_seq) = outcome_fields(outcome);
             }
-            _ = input_wanted => yielded_for_input = true,
+            _ = input_wanted => waited.for_input = true,
         },
     }
+    waited
+}
+
+/// The `exec` answer once the yield wait ended: the process as it is now, its output, and the
+/// live facts a client acts on (a prompt, a listening port).
+async fn answer(
+    svc: &ControlService,
+    proc: &Arc<ManagedProcess>,
+    waited: Waited,
+    max_out: usize,
+    yield_ms: u64,
+) -> pb::ExecResponse {
+    let d = &svc.daemon;
     crate::answer_budget::reserve(crate::answer_budget::answer_bytes(
         max_out,
         StreamFilter::Both,
     ))
     .await;
     let mut resp = pb::ExecResponse {
-        matched_line: proc.answer_text(matched_line),
-        matched_seq,
-        ..respond(&proc, max_out, yield_ms)
+        matched_line: proc.answer_text(waited.matched_line),
+        matched_seq: waited.matched_seq,
+        ..respond(proc, max_out, yield_ms)
     };
     if let Some(info) = resp.process.as_mut() {
         if Duration::from_millis(yield_ms) >= input_wait::EXEC_FIRST_CHECK {
@@ -398,9 +445,9 @@ pub(super) async fn exec(
             } else {
                 live_facts::Freshness::Reused
             };
-            live_facts::annotate(freshness, [(&*proc, &mut *info)]).await;
+            live_facts::annotate(freshness, [(&**proc, &mut *info)]).await;
         }
-        if yielded_for_input && info.status == pb::ProcessStatus::Running as i32 {
+        if waited.for_input && info.status == pb::ProcessStatus::Running as i32 {
             info.waiting_for_input = Some(true);
         }
     }
@@ -413,7 +460,7 @@ pub(super) async fn exec(
     // After the answer is ready, so starting the next idle holder does not delay it.
     #[cfg(unix)]
     d.holders.refill_later();
-    Ok(resp)
+    resp
 }
 
 /// Resolves when the command waits for input (ARCHITECTURE.md, "Terminal processes": `exec` yields early then), never when
