@@ -127,12 +127,15 @@ impl SpoolBuffer {
         (!self.pending.is_empty()).then(|| self.end - self.pending.len() as u64)
     }
 
-    /// Bytes buffered, not handed out yet.
+    /// Bytes buffered, not handed out yet (the holder's batch rule; Unix only).
+    #[cfg(unix)]
     pub fn pending_len(&self) -> usize {
         self.pending.len()
     }
 
-    /// How long ago the oldest buffered byte arrived; `None` when nothing is buffered.
+    /// How long ago the oldest buffered byte arrived; `None` when nothing is buffered (the
+    /// holder's quiet-time rule; Unix only).
+    #[cfg(unix)]
     pub fn age(&self) -> Option<Duration> {
         self.oldest_at.map(|t| t.elapsed())
     }
