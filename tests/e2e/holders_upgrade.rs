@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use yieldshell_proto::pb;
 
 use crate::helper::{
-    TestDaemon, bin, eventually, pid_of, run, testbin, ticks, ticks_go_on_unbroken,
+    TestDaemon, bin, eventually, pid_of, run, stop_and_see_gone, testbin, ticks,
+    ticks_go_on_unbroken,
 };
 
 /// The previous release's daemon binary.
@@ -90,14 +91,5 @@ async fn a_daemon_upgrade_re_adopts_the_previous_releases_holders() {
     );
     assert_eq!(c.read_all(&cat_id, 1 << 20).await.0, b"before\nafter\n");
 
-    c.stop(&ticker_id, "TERM", 2000).await.expect("stop");
-    let w = c.wait_exit(&ticker_id).await;
-    assert_eq!(
-        w.process.expect("process").status,
-        pb::ProcessStatus::Stopped as i32
-    );
-    eventually("the ticker gone", || async {
-        (!ticker.alive()).then_some(())
-    })
-    .await;
+    stop_and_see_gone(&c, &ticker_id, &ticker).await;
 }

@@ -11,7 +11,8 @@ use yieldshell_proto::pb;
 
 use crate::helper::{
     Pid, TestDaemon, bin, eventually, fd_count, fd_target, fd_targets, holders_in,
-    marked_processes, pid_of, run, testbin, ticks, ticks_go_on_unbroken, zombies_of,
+    marked_processes, pid_of, run, stop_and_see_gone, testbin, ticks, ticks_go_on_unbroken,
+    zombies_of,
 };
 
 /// Children of `parent` (from `/proc/<pid>/task/*/children`).
@@ -135,7 +136,21 @@ async fn the_zygote_stays_bounded_and_its_holders_owe_it_nothing() {
         (!zygote.alive()).then_some(())
     })
     .await;
-    ticks_go_on_unbroken(&c, &id, "the takeover").await;
+    let seen = ticks(&c.read_all(&id, 1 << 20).await.0).len();
+    let r = c.exec("echo after").await;
+    assert_eq!(r.status, pb::ExecStatus::Completed as i32);
+    let again = eventually("a new zygote", || async {
+        zygote_of(daemon).filter(|z| *z != zygote)
+    })
+    .await;
+    assert!(again.alive());
+    let numbers = eventually("the ticker going on", || async {
+        let n = ticks(&c.read_all(&id, 1 << 20).await.0);
+        (n.len() >= seen + 5).then_some(n)
+    })
+    .await;
+    assert_eq!(numbers, (0..numbers.len() as u64).collect::<Vec<_>>());
+    assert!(holder.alive());
     c.stop(&id, "TERM", 2000).await.expect("stop");
     let w = c.wait_exit(&id).await;
     assert_eq!(
@@ -209,27 +224,8 @@ async fn a_daemon_of_another_version_takes_over_every_process() {
     assert_eq!(p.status, pb::ProcessStatus::Running as i32);
     assert_eq!(p.pid, Some(ticker.pid as u32), "the same process");
     assert!(ticker.alive());
-    let seen = ticks(&c.read_all(&id, 1 << 20).await.0).len();
-    let numbers = eventually("ticks after the takeover", || async {
-        let n = ticks(&c.read_all(&id, 1 << 20).await.0);
-        (n.len() >= seen + 5).then_some(n)
-    })
-    .await;
-    assert_eq!(
-        numbers,
-        (0..numbers.len() as u64).collect::<Vec<_>>(),
-        "no line lost or repeated across the takeover"
-    );
-    c.stop(&id, "TERM", 2000).await.expect("stop");
-    let w = c.wait_exit(&id).await;
-    assert_eq!(
-        w.process.expect("process").status,
-        pb::ProcessStatus::Stopped as i32
-    );
-    eventually("the ticker gone", || async {
-        (!ticker.alive()).then_some(())
-    })
-    .await;
+    ticks_go_on_unbroken(&c, &id, "the takeover").await;
+    stop_and_see_gone(&c, &id, &ticker).await;
 }
 
 /// A client of another protocol version is told the remedy that keeps every process.

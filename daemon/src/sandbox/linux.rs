@@ -541,3 +541,23 @@ fn x32_guard() -> io::Result<()> {
     ];
     seccompiler::apply_filter(&program).map_err(|e| io::Error::other(format!("seccomp: {e}")))
 }
+
+/// Whether process `pid` is held more tightly than this one: `no_new_privs` this one lacks, or
+/// more seccomp filters (from `/proc/<pid>/status`; a sandboxed command cannot lower either, and
+/// ours adds several to whatever another tool's sandbox or the service manager gave both).
+/// `None` when either cannot be read (the process is gone).
+pub fn more_confined_than_me(pid: i32) -> Option<bool> {
+    let level = |pid: &str| -> Option<(u32, u32)> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse::<u32>().ok())
+                .unwrap_or(0)
+        };
+        Some((field("NoNewPrivs:"), field("Seccomp_filters:")))
+    };
+    let (peer, me) = (level(&pid.to_string())?, level("self")?);
+    Some(peer.0 > me.0 || peer.1 > me.1)
+}

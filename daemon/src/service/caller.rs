@@ -46,8 +46,13 @@ fn peer_pid<T>(_req: &Request<T>) -> Option<i32> {
 pub fn grant_of_pid(d: &Daemon, pid: i32) -> Option<Grant> {
     // More confined than the daemon: `no_new_privs` the daemon lacks, or more seccomp filters
     // (ours adds several to whatever another tool's sandbox, or the service manager, gave both).
-    let (peer, me) = (confinement(pid)?, confinement(std::process::id() as i32)?);
-    if !(peer.0 > me.0 || peer.1 > me.1) {
+    #[cfg(target_os = "linux")]
+    let more_confined = crate::sandbox::linux::more_confined_than_me(pid)?;
+    // Only Linux sandboxes through the kernel's `no_new_privs` and seccomp; elsewhere (macOS's
+    // Seatbelt) a sandboxed client cannot be told from the outside.
+    #[cfg(not(target_os = "linux"))]
+    let more_confined = false;
+    if !more_confined {
         return None;
     }
     let mut roots: HashMap<i32, Arc<ManagedProcess>> = HashMap::new();
@@ -87,28 +92,6 @@ fn narrowest() -> Grant {
         files: Files::ReadOnly,
         network: Network::Off,
     }
-}
-
-/// `pid`'s `no_new_privs` flag and its number of seccomp filters (from `/proc/<pid>/status`),
-/// which a sandboxed command cannot lower. `None` when it cannot be read (gone).
-#[cfg(target_os = "linux")]
-fn confinement(pid: i32) -> Option<(u32, u32)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().parse::<u32>().ok())
-            .unwrap_or(0)
-    };
-    Some((field("NoNewPrivs:"), field("Seccomp_filters:")))
-}
-
-/// Only Linux sandboxes through the kernel's `no_new_privs` and seccomp; elsewhere (macOS's
-/// Seatbelt) a sandboxed client cannot be told from the outside.
-#[cfg(not(target_os = "linux"))]
-fn confinement(_pid: i32) -> Option<(u32, u32)> {
-    None
 }
 
 /// Whether a caller held to `caller` may act on `target` (write to it, stop it, clean it up):

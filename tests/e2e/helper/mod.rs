@@ -72,6 +72,21 @@ pub async fn pid_of(c: &Client, id: &str) -> Pid {
     .await
 }
 
+/// Stops process `id` (SIGTERM, SIGKILL after 2 s), checks that it is recorded `stopped`, and
+/// waits until its process `pid` is gone.
+pub async fn stop_and_see_gone(c: &Client, id: &str, pid: &Pid) {
+    c.stop(id, "TERM", 2000).await.expect("stop");
+    let w = c.wait_exit(id).await;
+    assert_eq!(
+        w.process.expect("process").status,
+        yieldshell_proto::pb::ProcessStatus::Stopped as i32
+    );
+    eventually("the process gone", || async {
+        (!pid.alive()).then_some(())
+    })
+    .await;
+}
+
 /// Waits for five more ticks of `testbin tick` process `id` than it has printed now, then checks
 /// that every tick since the start is there once, in order: nothing was lost or repeated by
 /// whatever happened to the daemon before.

@@ -207,22 +207,8 @@ fn more_confined_than_me(sock: &UnixStream) -> bool {
     let Ok(cred) = getsockopt(sock, PeerCredentials) else {
         return true;
     };
-    let level = |pid: &str| -> Option<(u32, u32)> {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().parse::<u32>().ok())
-                .unwrap_or(0)
-        };
-        Some((field("NoNewPrivs:"), field("Seccomp_filters:")))
-    };
-    match (level(&cred.pid().to_string()), level("self")) {
-        (Some(peer), Some(me)) => peer.0 > me.0 || peer.1 > me.1,
-        // A peer gone already is no daemon to serve.
-        _ => true,
-    }
+    // A peer gone already is no daemon to serve.
+    crate::sandbox::linux::more_confined_than_me(cred.pid()).unwrap_or(true)
 }
 
 #[cfg(not(target_os = "linux"))]
