@@ -330,3 +330,45 @@ async fn a_line_before_a_pause_reaches_the_disk_while_the_process_runs() {
     );
     c.stop(&id, "SIGKILL", 0).await.expect("stop");
 }
+
+/// Issue 26 item 7: the holder's spool batch is never larger than the daemon's ring, so however
+/// small the ring, the bytes it gave up are on disk already. Here a 4 KiB ring and ~108 KB of
+/// output that stops before a long sleep: a read from the start, right when the last line has
+/// been seen, returns every byte with no gap (with a batch above the ring, the first ~100 KB
+/// would still be in the holder's memory until its quiet-time write, and the read would have to
+/// report them missing).
+#[tokio::test]
+async fn with_a_tiny_ring_the_bytes_it_gave_up_are_on_disk_at_once() {
+    let d = TestDaemon::start().await;
+    let c = d.session_with(&[("YIELDSHELL_MAX_BUFFER_BYTES", "4096")]);
+    let r = c
+        .exec_with(pb::ExecRequest {
+            yield_ms: Some(30_000),
+            until: Some("^done$".into()),
+            ..exec_req("seq 1 20000; echo done; exec sleep 600")
+        })
+        .await;
+    let id = r.process.expect("process").process_id;
+    assert!(r.matched_seq.is_some(), "the last line was seen");
+    let (mut got, mut seq) = (Vec::new(), 1);
+    loop {
+        let o = c
+            .read_since(&id, seq, 1 << 20)
+            .await
+            .output
+            .expect("output");
+        assert!(!o.truncated, "no byte missing at seq {seq}");
+        assert_eq!(o.first_seq, seq);
+        got.extend_from_slice(&o.stdout);
+        seq = o.next_seq;
+        if !o.has_more {
+            break;
+        }
+    }
+    assert!(
+        got == format!("{}done\n", seq_output(20_000)).into_bytes(),
+        "every byte once, in order ({} bytes)",
+        got.len()
+    );
+    c.stop(&id, "SIGKILL", 0).await.expect("stop");
+}
