@@ -153,7 +153,9 @@ pub fn newer_holder(protocol: u32) -> io::Error {
     io::Error::new(
         io::ErrorKind::Unsupported,
         format!(
-            "its holder speaks holder protocol {protocol}, this yieldshelld {} (protocols {}–{});              it keeps running and its output stays readable, but only a yieldshelld that speaks              its protocol can control it",
+            "its holder speaks holder protocol {protocol}, this yieldshelld {} (protocols {}–{}); \
+             it keeps running and its output stays readable, but only a yieldshelld that speaks \
+             its protocol can control it",
             yieldshell_proto::VERSION,
             OLDEST_PROTOCOL,
             PROTOCOL
@@ -180,5 +182,19 @@ pub(super) fn expect_frame(
             io::ErrorKind::InvalidData,
             otherwise.to_string(),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The refusal reads as one sentence a person can act on: the holder's protocol and the
+    /// daemon's range, with no run of spaces left by a broken line continuation (there was one).
+    #[test]
+    fn the_refusal_names_both_protocols_in_one_clean_sentence() {
+        let m = super::newer_holder(9).to_string();
+        assert!(m.contains("holder protocol 9"), "{m}");
+        let range = format!("(protocols {}–{})", super::OLDEST_PROTOCOL, super::PROTOCOL);
+        assert!(m.contains(&range), "{m}");
+        assert!(!m.contains("  "), "{m}");
     }
 }
