@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use yieldshell_proto::pb;
 
-use crate::helper::{AsUser, Pid, TestDaemon, cmdline_contains, eventually, holders_in, testbin};
+use crate::helper::{
+    AsUser, Client, Pid, TestDaemon, cmdline_contains, eventually, holders_in, testbin,
+};
 
 /// Grace before SIGKILL in these stops.
 const GRACE_MS: u64 = 500;
@@ -105,6 +107,22 @@ fn state_of(pid: i32) -> Option<u8> {
     s[s.rfind(')')? + 1..].trim_start().bytes().next()
 }
 
+/// A process whose command stops its own holder (`$PPID`), told to once `exec` has answered;
+/// returns once the holder is stopped: the process's id and its holder.
+async fn stopped_by_its_command(d: &TestDaemon, c: &Client) -> (String, Pid) {
+    let id = c.spawn_bg("read _; kill -STOP $PPID; exec sleep 600").await;
+    let (holder, _) = holders_in(&d.state)
+        .into_iter()
+        .find(|(_, dir)| dir.ends_with(&id))
+        .expect("the holder");
+    c.write(&id, b"go\n", false).await.expect("write");
+    eventually("the holder to be stopped", || async {
+        (state_of(holder.pid) == Some(b'T')).then_some(())
+    })
+    .await;
+    (id, holder)
+}
+
 #[tokio::test]
 async fn a_fork_and_exit_chain_is_stopped_and_reported_stopped_only_once_gone() {
     let d = TestDaemon::start().await;
@@ -149,16 +167,7 @@ async fn a_holder_stopped_by_its_own_command_is_resumed_and_the_stop_is_quick() 
     let d = TestDaemon::start().await;
     let c = d.session();
     // The command stops its holder ($PPID) once told to, after `exec` has answered.
-    let id = c.spawn_bg("read _; kill -STOP $PPID; exec sleep 600").await;
-    let (holder, _) = holders_in(&d.state)
-        .into_iter()
-        .find(|(_, dir)| dir.ends_with(&id))
-        .expect("the holder");
-    c.write(&id, b"go\n", false).await.expect("write");
-    eventually("the holder to be stopped", || async {
-        (state_of(holder.pid) == Some(b'T')).then_some(())
-    })
-    .await;
+    let (id, holder) = stopped_by_its_command(&d, &c).await;
     let started = Instant::now();
     let r = c.stop(&id, "TERM", GRACE_MS).await.expect("stop");
     let took = started.elapsed();
@@ -184,16 +193,7 @@ async fn the_daemons_shutdown_and_the_next_daemon_resume_a_stopped_holder() {
     // Shutdown: a stopped holder reaps nothing and reports nothing until it is resumed.
     let mut d = TestDaemon::start_configured(&[], "shutdown_grace_ms = 1000\n").await;
     let c = d.session();
-    let id = c.spawn_bg("read _; kill -STOP $PPID; exec sleep 600").await;
-    let (holder, _) = holders_in(&d.state)
-        .into_iter()
-        .find(|(_, dir)| dir.ends_with(&id))
-        .expect("the holder");
-    c.write(&id, b"go\n", false).await.expect("write");
-    eventually("the holder to be stopped", || async {
-        (state_of(holder.pid) == Some(b'T')).then_some(())
-    })
-    .await;
+    let (_, holder) = stopped_by_its_command(&d, &c).await;
     let started = Instant::now();
     let status = tokio::task::block_in_place(|| d.terminate()).expect("exit status");
     let took = started.elapsed();
@@ -208,16 +208,7 @@ async fn the_daemons_shutdown_and_the_next_daemon_resume_a_stopped_holder() {
     // Re-adoption: the next daemon greets a stopped holder without waiting out the handshake.
     d.spawn().await;
     let c = d.session();
-    let id = c.spawn_bg("read _; kill -STOP $PPID; exec sleep 600").await;
-    let (holder, _) = holders_in(&d.state)
-        .into_iter()
-        .find(|(_, dir)| dir.ends_with(&id))
-        .expect("the holder");
-    c.write(&id, b"go\n", false).await.expect("write");
-    eventually("the holder to be stopped", || async {
-        (state_of(holder.pid) == Some(b'T')).then_some(())
-    })
-    .await;
+    let (id, holder) = stopped_by_its_command(&d, &c).await;
     d.kill9();
     let started = Instant::now();
     d.spawn().await;

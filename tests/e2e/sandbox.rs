@@ -661,21 +661,24 @@ async fn a_terminal_process_is_sandboxed_like_a_piped_one() {
 #[tokio::test]
 async fn yieldctl_exec_sandbox_flags_and_ps_show_it() {
     let s = Sandboxed::start(true).await;
-    let out = run(s
-        .d
-        .yieldctl()
-        .current_dir(&s.ws)
-        .args([
-            "--json",
-            "exec",
-            "--sandbox",
-            "declared",
-            "--side-effects",
-            "NONE",
-            "--",
-        ])
-        .arg("echo hi > out.txt"));
-    let answer = json(&out);
+    // An undeclared write, from the workspace: `--json` first, then as a person runs it.
+    let write_undeclared = |format: &[&str]| {
+        run(s
+            .d
+            .yieldctl()
+            .current_dir(&s.ws)
+            .args(format)
+            .args([
+                "exec",
+                "--sandbox",
+                "declared",
+                "--side-effects",
+                "NONE",
+                "--",
+            ])
+            .arg("echo hi > out.txt"))
+    };
+    let answer = json(&write_undeclared(&["--json"]));
     assert_eq!(answer["sandbox"]["files"], "read-only", "{answer}");
     let denied = answer["sandbox"]["denied"].as_str().unwrap_or_default();
     assert!(
@@ -695,19 +698,7 @@ async fn yieldctl_exec_sandbox_flags_and_ps_show_it() {
     assert!(table.contains("read-only"), "{table}");
 
     // A person running it without --json reads the same denial, on stderr after the output.
-    let human = run(s
-        .d
-        .yieldctl()
-        .current_dir(&s.ws)
-        .args([
-            "exec",
-            "--sandbox",
-            "declared",
-            "--side-effects",
-            "NONE",
-            "--",
-        ])
-        .arg("echo hi > out.txt"));
+    let human = write_undeclared(&[]);
     let stderr = String::from_utf8_lossy(&human.stderr);
     assert!(
         stderr.contains("[yieldctl: sandbox: ")

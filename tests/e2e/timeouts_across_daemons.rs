@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use yieldshell_proto::pb;
 
-use crate::helper::{TestDaemon, eventually, eventually_blocking, exec_req, run, testbin};
+use crate::helper::{
+    Client, Pid, TestDaemon, eventually, eventually_blocking, exec_req, run, testbin,
+};
 use crate::mcp::{Mcp, body};
 
 /// The timeout every test here gives: long enough that the daemon it was given to is still
@@ -29,12 +31,27 @@ fn assert_timed_out(p: &pb::ProcessInfo) {
 }
 
 /// Waits until the process's deadline has passed: it is counted from the process's start,
-/// which came before `answered` (the moment its `exec` answered).
+/// which came before `answered` (the moment its `exec` answered). The passing of time is what
+/// the test waits for, so this is a sleep, not a poll.
 fn wait_past_the_deadline(answered: Instant) {
     let deadline = answered + Duration::from_millis(TIMEOUT_MS + 200);
-    eventually_blocking("the deadline to pass", || {
-        (Instant::now() >= deadline).then_some(())
-    });
+    std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+}
+
+/// A background `ready-sleep 600` with [`TIMEOUT_MS`], once it is ready: its id, its process,
+/// and when its `exec` answered.
+async fn timed_sleeper(c: &Client) -> (String, Pid, Instant) {
+    let r = c
+        .exec_with(pb::ExecRequest {
+            timeout_ms: Some(TIMEOUT_MS),
+            yield_ms: Some(0),
+            ..exec_req(&format!("exec {} ready-sleep 600", testbin()))
+        })
+        .await;
+    let answered = Instant::now();
+    let id = r.process.expect("process").process_id;
+    let pid = c.ready_pids(&id, 1).await[0];
+    (id, pid, answered)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -44,15 +61,7 @@ async fn a_timeout_still_fires_after_a_daemon_restart() {
     let started = run(d.yieldctl().args(["daemon", "start"]));
     assert!(started.status.success(), "{started:?}");
     let c = d.session();
-    let r = c
-        .exec_with(pb::ExecRequest {
-            timeout_ms: Some(TIMEOUT_MS),
-            yield_ms: Some(0),
-            ..exec_req(&format!("exec {} ready-sleep 600", testbin()))
-        })
-        .await;
-    let id = r.process.expect("process").process_id;
-    let pid = c.ready_pids(&id, 1).await[0];
+    let (id, pid, _) = timed_sleeper(&c).await;
     let restarted = run(d.yieldctl().args(["daemon", "restart"]));
     assert!(restarted.status.success(), "{restarted:?}");
     assert!(pid.alive(), "the restart kept the process");
@@ -67,16 +76,7 @@ async fn a_timeout_still_fires_after_a_daemon_restart() {
 async fn a_timeout_that_passed_while_no_daemon_ran_fires_once_the_process_is_readopted() {
     let mut d = TestDaemon::start().await;
     let c = d.session();
-    let r = c
-        .exec_with(pb::ExecRequest {
-            timeout_ms: Some(TIMEOUT_MS),
-            yield_ms: Some(0),
-            ..exec_req(&format!("exec {} ready-sleep 600", testbin()))
-        })
-        .await;
-    let answered = Instant::now();
-    let id = r.process.expect("process").process_id;
-    let pid = c.ready_pids(&id, 1).await[0];
+    let (id, pid, answered) = timed_sleeper(&c).await;
     d.kill9();
     assert!(pid.alive(), "the crash left the process to its holder");
     wait_past_the_deadline(answered);

@@ -294,18 +294,7 @@ fn main() {
                         let _ = out.flush();
                         drop(out);
                         if detach {
-                            use std::os::fd::AsRawFd;
-                            let null = std::fs::OpenOptions::new()
-                                .read(true)
-                                .write(true)
-                                .open("/dev/null")
-                                .expect("/dev/null");
-                            for fd in 0..3 {
-                                // SAFETY: dup2 onto the standard descriptors of this process.
-                                unsafe {
-                                    libc::dup2(null.as_raw_fd(), fd);
-                                }
-                            }
+                            to_dev_null();
                         }
                         std::thread::sleep(Duration::from_secs(secs));
                     }
