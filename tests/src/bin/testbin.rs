@@ -115,6 +115,23 @@ fn fork() -> nix::unistd::ForkResult {
     unsafe { nix::unistd::fork() }.expect("fork")
 }
 
+/// Runs `daemon` in a grandchild that left this session (fork, `setsid`, fork: the middle
+/// process exits at once, so the grandchild is an orphan, as a daemon makes itself); this
+/// process waits for the middle one and returns.
+fn in_a_daemon(daemon: impl FnOnce()) {
+    match fork() {
+        nix::unistd::ForkResult::Parent { child } => {
+            let _ = nix::sys::wait::waitpid(child, None);
+        }
+        nix::unistd::ForkResult::Child => {
+            let _ = nix::unistd::setsid();
+            if let nix::unistd::ForkResult::Child = fork() {
+                daemon();
+            }
+        }
+    }
+}
+
 /// Points stdio at `/dev/null`, as daemons do (and so a test's pipes close).
 fn to_dev_null() {
     use std::os::fd::AsRawFd;
@@ -282,24 +299,16 @@ fn main() {
         "double-fork" => {
             let secs = arg_u64(&args, 2, 60);
             let detach = args.get(3).is_some_and(|a| a == "detach");
-            match fork() {
-                nix::unistd::ForkResult::Parent { child } => {
-                    let _ = nix::sys::wait::waitpid(child, None);
+            in_a_daemon(|| {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "ready {} {}", std::process::id(), start_time());
+                let _ = out.flush();
+                drop(out);
+                if detach {
+                    to_dev_null();
                 }
-                nix::unistd::ForkResult::Child => {
-                    let _ = nix::unistd::setsid();
-                    if let nix::unistd::ForkResult::Child = fork() {
-                        let mut out = std::io::stdout().lock();
-                        let _ = writeln!(out, "ready {} {}", std::process::id(), start_time());
-                        let _ = out.flush();
-                        drop(out);
-                        if detach {
-                            to_dev_null();
-                        }
-                        std::thread::sleep(Duration::from_secs(secs));
-                    }
-                }
-            }
+                std::thread::sleep(Duration::from_secs(secs));
+            });
         }
         "fork-loop" => {
             let n = arg_u64(&args, 2, 10);
@@ -427,26 +436,18 @@ fn main() {
         }
         "undumpable-daemon" => {
             let secs = arg_u64(&args, 2, 60);
-            match fork() {
-                nix::unistd::ForkResult::Parent { child } => {
-                    let _ = nix::sys::wait::waitpid(child, None);
-                }
-                nix::unistd::ForkResult::Child => {
-                    let _ = nix::unistd::setsid();
-                    if let nix::unistd::ForkResult::Child = fork() {
-                        // Linux's `prctl`; elsewhere the process stays dumpable (the tests
-                        // that need it are Linux-only).
-                        #[cfg(target_os = "linux")]
-                        let _ = nix::sys::prctl::set_dumpable(false);
-                        let mut out = std::io::stdout().lock();
-                        let _ = writeln!(out, "ready {} {}", std::process::id(), start_time());
-                        let _ = out.flush();
-                        drop(out);
-                        to_dev_null();
-                        std::thread::sleep(Duration::from_secs(secs));
-                    }
-                }
-            }
+            in_a_daemon(|| {
+                // Linux's `prctl`; elsewhere the process stays dumpable (the tests that need it
+                // are Linux-only).
+                #[cfg(target_os = "linux")]
+                let _ = nix::sys::prctl::set_dumpable(false);
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "ready {} {}", std::process::id(), start_time());
+                let _ = out.flush();
+                drop(out);
+                to_dev_null();
+                std::thread::sleep(Duration::from_secs(secs));
+            });
         }
         "fork-chain" => {
             let ms = arg_u64(&args, 3, 0);
